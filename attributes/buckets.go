@@ -30,7 +30,8 @@ func InterTokenLatencyBuckets() []float64 {
 }
 
 // PhaseDurationBuckets follows vLLM's request phase histograms (queue,
-// prefill, decode, inference).
+// prefill, decode, inference), extended below 0.3 s because queue and prefill
+// times on a healthy server are milliseconds and would all land in one bucket.
 func PhaseDurationBuckets() []float64 {
-	return []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+	return []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
 }
