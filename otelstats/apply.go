@@ -1,0 +1,298 @@
+package otelstats
+
+import (
+	"strconv"
+	"time"
+)
+
+// check validates what can be validated without the request's state, and
+// resolves SideAuto.
+func check(u *Update) (Side, *RejectError) {
+	side := u.Side
+	if !u.Kind.Valid() {
+		return side, reject(u, side, ReasonUnknownKind, "")
+	}
+	if u.RequestID == "" {
+		return side, reject(u, side, ReasonMissingRequestID, "")
+	}
+	if len(u.RequestID) > MaxIDLength {
+		return side, reject(u, side, ReasonTooLong, "request id longer than "+strconv.Itoa(MaxIDLength)+" bytes")
+	}
+	own := sideOf(u.Kind)
+	switch {
+	case side > SideEngine:
+		return side, reject(u, side, ReasonWrongSide, "unknown side")
+	case side == SideAuto && own == SideAuto:
+		side = SideFrontend
+	case side == SideAuto:
+		side = own
+	case own != SideAuto && side != own:
+		return side, reject(u, side, ReasonWrongSide, u.Kind.String()+" is recorded by the "+own.String())
+	}
+	if len(u.Model) > MaxModelLength || len(u.Scope) > MaxNameLength || len(u.Operation) > MaxNameLength ||
+		len(u.FinishReason) > MaxNameLength || len(u.ErrorType) > MaxNameLength {
+		return side, reject(u, side, ReasonTooLong, "model, scope, operation, finish reason or error type too long")
+	}
+	if u.Time.IsZero() || u.Time.Before(minTime) || u.Time.After(maxTime) {
+		return side, reject(u, side, ReasonBadTimestamp, "time must lie between 1970 and 2500")
+	}
+	switch u.Kind {
+	case KindArrived:
+		if u.Model == "" {
+			return side, reject(u, side, ReasonMissingPayload, "ARRIVED needs a model")
+		}
+	case KindInputProcessed:
+		if r := checkCount(u, side, u.NumPromptTokens, MaxTokenCount, "num_prompt_tokens"); r != nil {
+			return side, r
+		}
+	case KindPrefilling:
+		if r := checkCount(u, side, u.NumComputedTokens, MaxTokenCount, "num_computed_tokens"); r != nil {
+			return side, r
+		}
+		if r := checkCount(u, side, u.NumCachedTokens, MaxTokenCount, "num_cached_tokens"); r != nil {
+			return side, r
+		}
+		if u.NumCachedTokens > u.NumComputedTokens {
+			return side, reject(u, side, ReasonCachedExceedsComputed,
+				strconv.Itoa(u.NumCachedTokens)+" cached > "+strconv.Itoa(u.NumComputedTokens)+" computed")
+		}
+	case KindDecoding, KindDetokenized:
+		if r := checkCount(u, side, u.NumNewTokens, maxNewTokensStep, "num_new_tokens"); r != nil {
+			return side, r
+		}
+		if u.Busy < 0 {
+			return side, reject(u, side, ReasonNegativeCount, "negative busy time")
+		}
+	case KindFinished:
+		if u.FinishReason == "" {
+			return side, reject(u, side, ReasonMissingPayload, "FINISHED needs a finish_reason")
+		}
+		if r := checkCount(u, side, u.NumPromptTokens, MaxTokenCount, "num_prompt_tokens"); r != nil {
+			return side, r
+		}
+	}
+	return side, nil
+}
+
+func checkCount(u *Update, side Side, n, limit int, name string) *RejectError {
+	if n < 0 {
+		return reject(u, side, ReasonNegativeCount, name+" is "+strconv.Itoa(n))
+	}
+	if n > limit {
+		return reject(u, side, ReasonAbsurdCount, name+" is "+strconv.Itoa(n))
+	}
+	return nil
+}
+
+// allowed[side][kind] is the set of previous kinds on that side from which
+// kind may follow (SPEC §1). Bit 0 stands for "nothing yet".
+var allowed = func() (a [3][9]uint16) {
+	bit := func(ks ...Kind) (b uint16) {
+		for _, k := range ks {
+			b |= 1 << k
+		}
+		return b
+	}
+	const none = 0
+	a[SideFrontend][KindInputProcessed] = bit(KindArrived)
+	a[SideFrontend][KindDetokenized] = bit(KindArrived, KindInputProcessed, KindDetokenized)
+	a[SideFrontend][KindFinished] = bit(KindArrived, KindInputProcessed, KindDetokenized)
+	a[SideEngine][KindQueued] = bit(none)
+	a[SideEngine][KindPrefilling] = bit(KindQueued, KindPrefilling, KindPreempted)
+	a[SideEngine][KindDecoding] = bit(KindPrefilling, KindDecoding)
+	a[SideEngine][KindPreempted] = bit(KindPrefilling, KindDecoding)
+	a[SideEngine][KindFinished] = bit(none, KindQueued, KindPrefilling, KindDecoding, KindPreempted)
+	return a
+}()
+
+// apply checks u against r's state and, when it is allowed, applies it. It
+// reports whether r is now complete (to be finalized). Called under the
+// shard lock.
+func (t *Tracker) apply(sh *shard, r *reqState, u *Update, side Side, ns int64) (bool, *RejectError) {
+	st := &r.fe
+	if side == SideEngine {
+		st = &r.en
+	}
+	if st.last == KindFinished {
+		return false, reject(u, side, ReasonAfterFinished, "the "+side.String()+" already reported FINISHED")
+	}
+	if allowed[side][u.Kind]&(1<<st.last) == 0 {
+		prev := "nothing"
+		if st.last != 0 {
+			prev = st.last.String()
+		}
+		return false, reject(u, side, ReasonBadTransition, u.Kind.String()+" after "+prev)
+	}
+	if ns < st.time {
+		return false, reject(u, side, ReasonTimeBackwards,
+			"at "+time.Duration(st.time-ns).String()+" before the side's previous update")
+	}
+	generated := max(r.enTokens, r.feTokens)
+	switch u.Kind {
+	case KindPrefilling:
+		if r.prompt >= 0 && int64(u.NumComputedTokens) > int64(r.prompt)+generated {
+			return false, reject(u, side, ReasonComputedExceedsTokens,
+				strconv.Itoa(u.NumComputedTokens)+" computed > "+strconv.Itoa(int(r.prompt))+" prompt + "+strconv.FormatInt(generated, 10)+" generated")
+		}
+	case KindDecoding, KindPreempted:
+		if side == SideEngine && len(r.runs) == 0 {
+			return false, reject(u, side, ReasonBadTransition, u.Kind.String()+" before any PREFILLING")
+		}
+	}
+
+	// Accepted: apply.
+	prev := st.last
+	st.last, st.time = u.Kind, ns
+	if ns > r.lastSeen {
+		r.lastSeen = ns
+	}
+	if side == SideFrontend && u.Kind != KindArrived {
+		r.feReported = true
+	}
+	switch u.Kind {
+	case KindInputProcessed:
+		r.inputProcessed = ns
+		r.prompt = int32(u.NumPromptTokens)
+		if !u.Sampling.empty() {
+			r.ext().sampling = u.Sampling
+		}
+	case KindQueued:
+		if r.firstQueued == 0 {
+			r.firstQueued = ns
+		}
+	case KindPrefilling:
+		t.applyPrefill(sh, r, u, ns, prev == KindPrefilling)
+	case KindDecoding:
+		n := max(u.NumNewTokens, 1)
+		cr := r.curRun()
+		if cr.enFirst == 0 {
+			cr.enFirst = ns
+		}
+		cr.enTokens += int32(n)
+		r.enTokens += int64(n)
+		if r.enDeliv > 0 {
+			gap := ns - r.enLast
+			r.enITL.add(gap)
+			if t.cfg.tokenLatencies {
+				x := r.ext()
+				x.enITLs = append(x.enITLs, time.Duration(gap))
+			}
+		} else {
+			r.enFirst = ns
+		}
+		r.enDeliv++
+		r.enLast = ns
+		sh.genTok.Add(int64(n))
+	case KindPreempted:
+		r.preemptions++
+		r.curRun().end = ns
+		sh.preempts.Add(1)
+	case KindDetokenized:
+		t.applyDelivery(sh, r, u, ns)
+	case KindFinished:
+		if side == SideFrontend {
+			r.feFinish, r.feReason = ns, u.FinishReason
+			if u.ErrorType != "" {
+				r.errorType = u.ErrorType
+			}
+		} else {
+			r.enFinish, r.enReason = ns, u.FinishReason
+			if r.errorType == "" {
+				r.errorType = u.ErrorType
+			}
+		}
+		if r.prompt < 0 && u.NumPromptTokens > 0 {
+			r.prompt = int32(u.NumPromptTokens)
+		}
+		// Wait for the other side's FINISHED when it has been reporting.
+		other := r.en.last != 0 && r.enFinish == 0
+		if side == SideEngine {
+			other = r.feReported && r.feFinish == 0
+		}
+		if other && t.cfg.frontendGrace > 0 {
+			r.waitUntil = ns + int64(t.cfg.frontendGrace)
+			return false, nil
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// applyPrefill starts a run after QUEUED or PREEMPTED, or adds a chunk to
+// the current one.
+func (t *Tracker) applyPrefill(sh *shard, r *reqState, u *Update, ns int64, chunk bool) {
+	computed, cached := int32(u.NumComputedTokens), int32(u.NumCachedTokens)
+	cr := r.curRun()
+	var prev int32
+	if !chunk {
+		if cr != nil && cr.end != 0 {
+			r.preemptedNs += ns - cr.end
+		}
+		if len(r.runs) == 0 {
+			r.firstPrefill = ns
+			r.cached = cached
+		} else {
+			r.recomputeCached += int64(cached)
+		}
+		if len(r.runs) < maxRuns {
+			r.runs = append(r.runs, run{start: ns, computed: computed, cached: cached, chunks: 1})
+		} else {
+			// Past the cap, further runs merge into the last one.
+			cr.end = 0
+			cr.chunks++
+			cr.computed = max(cr.computed, computed)
+		}
+		prev = cached
+	} else {
+		prev = cr.computed
+		cr.chunks++
+		if computed > cr.computed {
+			cr.computed = computed
+		}
+		if len(cr.events) < maxChunkEvents {
+			cr.events = append(cr.events, chunkEvent{time: ns, computed: computed})
+		}
+	}
+	if d := computed - prev; d > 0 {
+		sh.promptTok.Add(int64(d))
+	}
+}
+
+func (t *Tracker) applyDelivery(sh *shard, r *reqState, u *Update, ns int64) {
+	if r.detokCount == 0 {
+		r.detokFirst = ns
+	}
+	r.detokCount++
+	r.detokLast = ns
+	r.detokBusy += int64(u.Busy)
+	n := u.NumNewTokens
+	if n == 0 {
+		return
+	}
+	if r.feDeliv > 0 {
+		gap := ns - r.feLast
+		r.feITL.add(gap)
+		if t.cfg.tokenLatencies {
+			x := r.ext()
+			x.feITLs = append(x.feITLs, time.Duration(gap))
+		}
+	} else {
+		r.feFirst = ns
+	}
+	r.feDeliv++
+	r.feLast = ns
+	r.feTokens += int64(n)
+	if cr := r.runAt(ns); cr != nil {
+		if cr.feFirst == 0 {
+			cr.feFirst = ns
+		}
+		cr.feTokens += int32(n)
+	} else {
+		r.preRunFE += int32(n)
+	}
+	if r.en.last == 0 {
+		// No engine reports for this request: the frontend's tokens are
+		// the generation throughput.
+		sh.genTok.Add(int64(n))
+	}
+}

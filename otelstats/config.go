@@ -1,0 +1,159 @@
+package otelstats
+
+import (
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Defaults of the Tracker's bounds.
+const (
+	DefaultFrontendGrace = 2 * time.Second
+	DefaultHoldWindow    = 2 * time.Second
+	DefaultRequestTTL    = 10 * time.Minute
+	DefaultMaxInFlight   = 1 << 20
+	DefaultMaxHeld       = 1 << 16
+	DefaultMaxModels     = 64
+	DefaultStatsInterval = 10 * time.Second
+)
+
+type config struct {
+	tp trace.TracerProvider
+	mp metric.MeterProvider
+
+	logger        *slog.Logger
+	statsInterval time.Duration
+
+	frontendGrace time.Duration
+	holdWindow    time.Duration
+	requestTTL    time.Duration
+	maxInFlight   int
+	maxHeld       int
+
+	models    []string
+	maxModels int
+
+	tokenLatencies bool
+	onFinish       []func(*RequestStats)
+	autoSweep      time.Duration
+}
+
+func newConfig(opts []Option) config {
+	c := config{
+		statsInterval: DefaultStatsInterval,
+		frontendGrace: DefaultFrontendGrace,
+		holdWindow:    DefaultHoldWindow,
+		requestTTL:    DefaultRequestTTL,
+		maxInFlight:   DefaultMaxInFlight,
+		maxHeld:       DefaultMaxHeld,
+		maxModels:     DefaultMaxModels,
+	}
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	return c
+}
+
+// Option configures a Tracker.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithTracerProvider sets the TracerProvider the span trees go through. The
+// default is the global one (otel.GetTracerProvider). Give it
+// sdktrace.WithIDGenerator(spans.IDGenerator()) so root spans keep the ids
+// handed out at arrival.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) { c.tp = tp })
+}
+
+// WithMeterProvider sets the MeterProvider the metrics go through. The
+// default is the global one (otel.GetMeterProvider).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) { c.mp = mp })
+}
+
+// WithStatsLog logs a vLLM-style stats line (throughput, running, waiting,
+// preemptions, KV-cache usage, prefix-cache hit rate) to logger at most once
+// per interval of recorded time. Without it nothing is logged.
+func WithStatsLog(logger *slog.Logger, interval time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.logger = logger
+		if interval > 0 {
+			c.statsInterval = interval
+		}
+	})
+}
+
+// WithFrontendGrace bounds how long a request that one side finished waits
+// for the other side's FINISHED (default 2 s of recorded time).
+func WithFrontendGrace(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.frontendGrace = max(d, 0) })
+}
+
+// WithHoldWindow bounds how long an update that arrives before its request's
+// ARRIVED is held before it is rejected as unknown (default 2 s).
+func WithHoldWindow(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.holdWindow = max(d, 0) })
+}
+
+// WithRequestTTL ends a request as "abandoned" when it has received no update
+// for d (default 10 min; 0 disables).
+func WithRequestTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.requestTTL = max(d, 0) })
+}
+
+// WithMaxInFlight caps the requests in flight; at the cap an ARRIVED evicts
+// the oldest request of its shard, which finishes as "evicted".
+func WithMaxInFlight(n int) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxInFlight = n
+		}
+	})
+}
+
+// WithMaxHeld caps the updates held while waiting for their ARRIVED.
+func WithMaxHeld(n int) Option {
+	return optionFunc(func(c *config) { c.maxHeld = max(n, 0) })
+}
+
+// WithModels sets the models that keep their name on metrics; any other
+// model is recorded as "other". Without it, the first 64 distinct models keep
+// their names. Spans always carry the real model name.
+func WithModels(models ...string) Option {
+	return optionFunc(func(c *config) { c.models = append([]string(nil), models...) })
+}
+
+// WithTokenLatencies keeps every inter-token gap in
+// RequestStats.OutputTokenLatencies. It costs memory proportional to the
+// output length, so it is off by default; the ITL histogram is recorded
+// either way.
+func WithTokenLatencies(on bool) Option {
+	return optionFunc(func(c *config) { c.tokenLatencies = on })
+}
+
+// WithOnFinish calls f with each finished request's stats, on the goroutine
+// that finished it. f must not retain the pointer.
+func WithOnFinish(f func(*RequestStats)) Option {
+	return optionFunc(func(c *config) { c.onFinish = append(c.onFinish, f) })
+}
+
+// WithAutoSweep starts a goroutine that calls Sweep(time.Now()) every
+// interval, so waits and TTLs expire even when no update arrives. Use it when
+// updates carry real time; a simulation or replay drives expiry with its own
+// times instead. Shutdown stops the goroutine.
+func WithAutoSweep(interval time.Duration) Option {
+	return optionFunc(func(c *config) { c.autoSweep = max(interval, 0) })
+}

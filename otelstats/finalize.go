@@ -1,0 +1,343 @@
+package otelstats
+
+import (
+	"context"
+	"encoding/hex"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/spans"
+)
+
+// treeBuf is reused across finalizations so building a span tree allocates
+// little.
+type treeBuf struct {
+	tl    spans.Timeline
+	tree  spans.Tree
+	attrs []attribute.KeyValue
+	itls  []time.Duration
+}
+
+func tm(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// finalize materializes a request that left its shard: stats, metrics,
+// spans, hooks. override is the finish reason when the tracker ended it
+// (abandoned, evicted, unfinished) rather than a FINISHED update.
+func (t *Tracker) finalize(r *reqState, override string) {
+	t.inflight.Add(-1)
+	tb := t.trees.Get().(*treeBuf)
+	defer t.trees.Put(tb)
+
+	var s RequestStats
+	t.materialize(r, override, &s, tb)
+	t.recordMetrics(r, &s)
+
+	t.buildTimeline(r, &s, tb)
+	tb.tree.Reset()
+	spans.Build(&tb.tl, &tb.tree)
+	tb.tree.Emit(context.Background(), t.tracer)
+	if tb.tree.Clamped > 0 {
+		s.ClampedSpans = tb.tree.Clamped
+		t.inst.clamped.Add(context.Background(), int64(tb.tree.Clamped))
+	}
+	for _, f := range t.cfg.onFinish {
+		f(&s)
+	}
+}
+
+// materialize computes RequestStats (SPEC §2) from r.
+func (t *Tracker) materialize(r *reqState, override string, s *RequestStats, tb *treeBuf) {
+	end := r.feFinish
+	if end == 0 {
+		end = r.enFinish
+	}
+	if end == 0 {
+		end = r.lastSeen
+	}
+	reason := r.feReason
+	if reason == "" {
+		reason = r.enReason
+	}
+	if reason == "" || (override != "" && r.feFinish == 0 && r.enFinish == 0) {
+		reason = override
+	}
+	if override == FinishEvicted {
+		reason = override
+	}
+	errType := r.errorType
+	if errType == "" && isFailure(reason) {
+		errType = reason
+	}
+
+	*s = RequestStats{
+		RequestID:                r.id,
+		Scope:                    r.scope,
+		Model:                    r.model,
+		Operation:                r.operation,
+		FinishReason:             reason,
+		ErrorType:                errType,
+		ArrivalTime:              tm(r.arrived),
+		FinishedTime:             tm(end),
+		E2ELatency:               some(time.Duration(end - r.arrived)),
+		NumPreemptions:           int(r.preemptions),
+		NumRecomputeCachedTokens: int(r.recomputeCached),
+		TraceID:                  hex.EncodeToString(r.traceID[:]),
+		SpanID:                   hex.EncodeToString(r.spanID[:]),
+	}
+	if r.prompt >= 0 {
+		s.NumPromptTokens = Count{int(r.prompt), true}
+	}
+	if r.cached >= 0 {
+		s.NumCachedTokens = Count{int(r.cached), true}
+	}
+
+	// The token time is the frontend's delivery; where no frontend reports
+	// tokens, the engine's DECODING stands in.
+	useFE := r.feDeliv > 0
+	var first int64
+	switch {
+	case useFE:
+		first, s.NumOutputTokens = r.feFirst, int(r.feTokens)
+	case r.enDeliv > 0:
+		first, s.NumOutputTokens = r.enFirst, int(r.enTokens)
+	}
+	if r.firstQueued != 0 && r.firstPrefill != 0 {
+		s.QueueDuration = some(time.Duration(r.firstPrefill - r.firstQueued))
+	}
+	if first != 0 {
+		s.FirstTokenLatency = some(time.Duration(first - r.arrived))
+		s.DecodeLatency = some(time.Duration(end - first))
+		if r.firstPrefill != 0 {
+			s.PrefillLatency = some(time.Duration(first - r.firstPrefill))
+		}
+		if s.NumOutputTokens > 1 {
+			s.TimePerOutputToken = some(s.DecodeLatency.Value / time.Duration(s.NumOutputTokens-1))
+		}
+	}
+	if r.firstPrefill != 0 {
+		s.InferenceLatency = some(time.Duration(end - r.firstPrefill))
+	}
+	pre := r.preemptedNs
+	if cr := r.curRun(); cr != nil && cr.end != 0 {
+		// Preempted and never resumed: the wait runs until the engine's
+		// FINISHED, or the request's end.
+		stop := r.enFinish
+		if stop == 0 {
+			stop = end
+		}
+		pre += max(stop-cr.end, 0)
+	}
+	s.PreemptedDuration = time.Duration(pre)
+	if t.cfg.tokenLatencies {
+		var l []time.Duration
+		if r.extra != nil {
+			l = r.extra.enITLs
+			if useFE {
+				l = r.extra.feITLs
+			}
+		}
+		if l == nil {
+			l = []time.Duration{}
+		}
+		s.OutputTokenLatencies = l
+	}
+}
+
+func (t *Tracker) recordMetrics(r *reqState, s *RequestStats) {
+	ctx := context.Background()
+	model := t.models.label(r.model)
+	as := t.inst.attrs(r.operation, model, s.FinishReason, s.ErrorType)
+	in := t.inst
+	in.requests.Add(ctx, 1, as.finished)
+	in.e2e.Record(ctx, s.E2ELatency.Value.Seconds(), as.duration)
+	rec := func(h metric.Float64Histogram, l Latency) {
+		if l.Valid {
+			h.Record(ctx, l.Value.Seconds(), as.base)
+		}
+	}
+	rec(in.ttft, s.FirstTokenLatency)
+	rec(in.tpot, s.TimePerOutputToken)
+	rec(in.queue, s.QueueDuration)
+	rec(in.prefill, s.PrefillLatency)
+	rec(in.decode, s.DecodeLatency)
+	rec(in.inference, s.InferenceLatency)
+
+	h := &r.enITL
+	if r.feDeliv > 0 {
+		h = &r.feITL
+	}
+	for i := range h.n {
+		if c := h.n[i]; c > 0 {
+			mean := float64(h.sum[i]) / float64(c) / 1e9
+			for range c {
+				in.itl.Record(ctx, mean, as.base)
+			}
+		}
+	}
+	if r.preemptions > 0 {
+		in.preemptions.Add(ctx, int64(r.preemptions), as.base)
+	}
+	if s.NumPromptTokens.Valid {
+		in.promptTok.Add(ctx, int64(s.NumPromptTokens.N), as.base)
+	}
+	if s.NumOutputTokens > 0 {
+		in.genTok.Add(ctx, int64(s.NumOutputTokens), as.base)
+	}
+	var queries, hits int64
+	if s.NumCachedTokens.Valid && s.NumPromptTokens.Valid {
+		queries, hits = int64(s.NumPromptTokens.N), int64(s.NumCachedTokens.N)
+		if !t.schedCache.Load() {
+			in.pcQueries.Add(ctx, queries, as.base)
+			in.pcHits.Add(ctx, hits, as.base)
+		}
+	}
+	t.stats.addRequest(queries, hits)
+}
+
+// buildTimeline reduces r to the instants of its span tree.
+func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
+	tl := &tb.tl
+	runs := tl.Runs[:0]
+	*tl = spans.Timeline{}
+	tl.Name = attributes.RootSpanName(r.operation, r.model)
+	tl.TraceID, tl.SpanID = r.traceID, r.spanID
+	if r.extra != nil {
+		tl.Parent = r.extra.parent
+	}
+	tl.Start, tl.End = s.ArrivalTime, s.FinishedTime
+	tl.EngineEnd = tm(r.enFinish)
+	tl.InputProcessed = tm(r.inputProcessed)
+	tl.InputTokens = int(r.prompt)
+	tl.FirstQueued = tm(r.firstQueued)
+
+	useFE := r.feDeliv > 0
+	for i := range r.runs {
+		rr := &r.runs[i]
+		first := rr.enFirst
+		toks := rr.enTokens
+		if useFE {
+			fe, ft := rr.feFirst, rr.feTokens
+			if i == 0 {
+				// Deliveries recorded before the engine's first
+				// PREFILLING reached us belong to the first run.
+				fe, ft = r.feFirst, ft+r.preRunFE
+			}
+			if fe != 0 {
+				first, toks = fe, ft
+			}
+		}
+		run := spans.Run{
+			Start:          tm(rr.start),
+			FirstToken:     tm(first),
+			Preempted:      tm(rr.end),
+			ComputedTokens: int(rr.computed),
+			CachedTokens:   int(rr.cached),
+			Chunks:         int(rr.chunks),
+			OutputTokens:   int(toks),
+		}
+		for _, ev := range rr.events {
+			run.ChunkEvents = append(run.ChunkEvents, spans.ChunkEvent{Time: tm(ev.time), ComputedTokens: int(ev.computed)})
+		}
+		runs = append(runs, run)
+	}
+	tl.Runs = runs
+	if r.detokCount > 0 {
+		tl.Detokenize = &spans.Detokenize{
+			First: tm(r.detokFirst), Last: tm(r.detokLast),
+			Busy: time.Duration(r.detokBusy), Deliveries: int(r.detokCount),
+		}
+	}
+
+	a := tb.attrs[:0]
+	a = append(a,
+		attributes.OperationName.String(r.operation),
+		attributes.RequestModel.String(r.model),
+		attributes.RequestID.String(r.id),
+		attributes.UsageOutputTokens.Int(s.NumOutputTokens),
+		attributes.FinishReasons.StringSlice([]string{s.FinishReason}),
+		attributes.Preemptions.Int(s.NumPreemptions),
+	)
+	if r.scope != "" {
+		a = append(a, attributes.RequestScope.String(r.scope))
+	}
+	if s.NumPromptTokens.Valid {
+		a = append(a, attributes.UsageInputTokens.Int(s.NumPromptTokens.N))
+	}
+	if s.NumCachedTokens.Valid {
+		a = append(a, attributes.UsageCacheReadInput.Int(s.NumCachedTokens.N))
+	}
+	if s.NumRecomputeCachedTokens > 0 {
+		a = append(a, attributes.RecomputeCachedTokens.Int(s.NumRecomputeCachedTokens))
+	}
+	lat := func(k attribute.Key, l Latency) {
+		if l.Valid {
+			a = append(a, k.Float64(l.Value.Seconds()))
+		}
+	}
+	lat(attributes.LatencyTimeToFirstToken, s.FirstTokenLatency)
+	lat(attributes.LatencyE2E, s.E2ELatency)
+	lat(attributes.LatencyTimeInQueue, s.QueueDuration)
+	lat(attributes.LatencyPrefill, s.PrefillLatency)
+	lat(attributes.LatencyDecode, s.DecodeLatency)
+	lat(attributes.LatencyInference, s.InferenceLatency)
+	lat(attributes.TimePerOutputToken, s.TimePerOutputToken)
+	if s.PreemptedDuration > 0 {
+		a = append(a, attributes.PreemptedTime.Float64(s.PreemptedDuration.Seconds()))
+	}
+	if r.extra != nil {
+		a = appendSampling(a, r.extra.sampling)
+	}
+	if s.ErrorType != "" {
+		a = append(a, attributes.ErrorType.String(s.ErrorType))
+		tl.Status, tl.StatusDesc = codes.Error, s.ErrorType
+	}
+	tb.attrs = a
+	tl.RootAttrs = a
+}
+
+func appendSampling(a []attribute.KeyValue, p *SamplingParams) []attribute.KeyValue {
+	if p == nil {
+		return a
+	}
+	f := func(k attribute.Key, v *float64) {
+		if v != nil {
+			a = append(a, k.Float64(*v))
+		}
+	}
+	i := func(k attribute.Key, v *int64) {
+		if v != nil {
+			a = append(a, k.Int64(*v))
+		}
+	}
+	f(attributes.RequestTemperature, p.Temperature)
+	f(attributes.RequestTopP, p.TopP)
+	i(attributes.RequestTopK, p.TopK)
+	i(attributes.RequestMaxTokens, p.MaxTokens)
+	i(attributes.RequestSeed, p.Seed)
+	i(attributes.RequestChoiceCount, p.N)
+	f(attributes.RequestFrequencyPenalty, p.FrequencyPenalty)
+	f(attributes.RequestPresencePenalty, p.PresencePenalty)
+	if len(p.Stop) > 0 {
+		a = append(a, attributes.RequestStopSequences.StringSlice(p.Stop))
+	}
+	return a
+}
+
+// SpanContext returns the span context the root span of a request gets.
+func spanContextOf(r *reqState) trace.SpanContext {
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    r.traceID,
+		SpanID:     r.spanID,
+		TraceFlags: trace.FlagsSampled,
+	})
+}

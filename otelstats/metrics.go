@@ -1,0 +1,159 @@
+package otelstats
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/llmtrace/llmtrace/attributes"
+)
+
+type instruments struct {
+	ttft, tpot, e2e, itl                 metric.Float64Histogram
+	queue, prefill, decode, inference    metric.Float64Histogram
+	requests, preemptions                metric.Int64Counter
+	promptTok, genTok, pcQueries, pcHits metric.Int64Counter
+	running, waiting                     metric.Int64Gauge
+	kvUsage                              metric.Float64Gauge
+	rejected, dropped, clamped, evicted  metric.Int64Counter
+
+	mu      sync.Mutex
+	sets    map[attrKey]*attrSets
+	reasons sync.Map // Reason → metric.MeasurementOption
+}
+
+type attrKey struct{ op, model, reason, errType string }
+
+// attrSets are the precomputed attribute sets of one kind of request, so
+// recording a finished request allocates no attributes.
+type attrSets struct {
+	base     metric.MeasurementOption // operation, model
+	duration metric.MeasurementOption // + error.type on failures
+	finished metric.MeasurementOption // + finish reason
+}
+
+func newInstruments(mp metric.MeterProvider) (*instruments, error) {
+	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
+	in := &instruments{sets: make(map[attrKey]*attrSets)}
+	var err error
+	hist := func(dst *metric.Float64Histogram, name, desc string, bounds []float64) {
+		if err != nil {
+			return
+		}
+		*dst, err = m.Float64Histogram(name, metric.WithDescription(desc),
+			metric.WithUnit(attributes.UnitSeconds), metric.WithExplicitBucketBoundaries(bounds...))
+	}
+	counter := func(dst *metric.Int64Counter, name, unit, desc string) {
+		if err != nil {
+			return
+		}
+		*dst, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+	}
+	hist(&in.ttft, attributes.MetricTimeToFirstToken, "Time to first token.", attributes.TimeToFirstTokenBuckets())
+	hist(&in.tpot, attributes.MetricTimePerOutputToken, "Time per output token after the first.", attributes.TimePerOutputTokenBuckets())
+	hist(&in.e2e, attributes.MetricRequestDuration, "End-to-end request duration.", attributes.RequestDurationBuckets())
+	hist(&in.itl, attributes.MetricInterTokenLatency, "Gap between successive token deliveries.", attributes.InterTokenLatencyBuckets())
+	hist(&in.queue, attributes.MetricQueueDuration, "Time in the waiting queue before the first scheduling.", attributes.PhaseDurationBuckets())
+	hist(&in.prefill, attributes.MetricPrefillDuration, "First scheduling to first token.", attributes.PhaseDurationBuckets())
+	hist(&in.decode, attributes.MetricDecodeDuration, "First token to finish.", attributes.PhaseDurationBuckets())
+	hist(&in.inference, attributes.MetricInferenceDuration, "First scheduling to finish.", attributes.PhaseDurationBuckets())
+	counter(&in.requests, attributes.MetricRequests, attributes.UnitRequest, "Finished requests by finish reason.")
+	counter(&in.preemptions, attributes.MetricPreemptions, attributes.UnitPreempt, "Preemptions of running requests.")
+	counter(&in.promptTok, attributes.MetricPromptTokens, attributes.UnitToken, "Prompt tokens of finished requests.")
+	counter(&in.genTok, attributes.MetricGenerationTokens, attributes.UnitToken, "Generated tokens of finished requests.")
+	counter(&in.pcQueries, attributes.MetricPrefixCacheQuery, attributes.UnitToken, "Prompt tokens looked up in the prefix cache.")
+	counter(&in.pcHits, attributes.MetricPrefixCacheHits, attributes.UnitToken, "Prompt tokens served from the prefix cache.")
+	counter(&in.rejected, attributes.MetricRejectedUpdates, attributes.UnitUpdate, "Lifecycle updates rejected, by reason.")
+	counter(&in.dropped, attributes.MetricSpansDropped, attributes.UnitSpan, "Spans that could not be exported.")
+	counter(&in.clamped, attributes.MetricSpansClamped, attributes.UnitSpan, "Spans clamped into their root because of clock skew.")
+	counter(&in.evicted, attributes.MetricRequestsEvicted, attributes.UnitRequest, "Requests evicted at the in-flight cap.")
+	if err != nil {
+		return nil, err
+	}
+	if in.running, err = m.Int64Gauge(attributes.MetricRequestsRunning, metric.WithUnit(attributes.UnitRequest),
+		metric.WithDescription("Requests in the running batch, per engine step.")); err != nil {
+		return nil, err
+	}
+	if in.waiting, err = m.Int64Gauge(attributes.MetricRequestsWaiting, metric.WithUnit(attributes.UnitRequest),
+		metric.WithDescription("Requests waiting to be scheduled, per engine step.")); err != nil {
+		return nil, err
+	}
+	if in.kvUsage, err = m.Float64Gauge(attributes.MetricKVCacheUsage, metric.WithUnit(attributes.UnitRatio),
+		metric.WithDescription("Fraction of KV-cache blocks in use, per engine step.")); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+func (in *instruments) attrs(op, model, reason, errType string) *attrSets {
+	k := attrKey{op, model, reason, errType}
+	in.mu.Lock()
+	s, ok := in.sets[k]
+	if !ok {
+		base := []attribute.KeyValue{attributes.OperationName.String(op), attributes.RequestModel.String(model)}
+		dur := base
+		if errType != "" {
+			dur = append(append([]attribute.KeyValue(nil), base...), attributes.ErrorType.String(errType))
+		}
+		fin := append(append([]attribute.KeyValue(nil), base...), attributes.FinishReason.String(reason))
+		s = &attrSets{
+			base:     metric.WithAttributeSet(attribute.NewSet(base...)),
+			duration: metric.WithAttributeSet(attribute.NewSet(dur...)),
+			finished: metric.WithAttributeSet(attribute.NewSet(fin...)),
+		}
+		// The key space is bounded: models collapse to "other" past the
+		// configured set, and reasons and error types are length-capped,
+		// but a hostile producer could still invent reasons; cap the cache.
+		if len(in.sets) < 4096 {
+			in.sets[k] = s
+		}
+	}
+	in.mu.Unlock()
+	return s
+}
+
+func (in *instruments) countReject(r Reason) {
+	o, ok := in.reasons.Load(r)
+	if !ok {
+		o, _ = in.reasons.LoadOrStore(r, metric.WithAttributeSet(attribute.NewSet(attributes.RejectionReason.String(string(r)))))
+	}
+	in.rejected.Add(context.Background(), 1, o.(metric.MeasurementOption))
+}
+
+// modelSet decides which model names keep their name on metrics.
+type modelSet struct {
+	fixed bool
+	limit int
+	mu    sync.RWMutex
+	names map[string]struct{}
+}
+
+func newModelSet(models []string, limit int) *modelSet {
+	s := &modelSet{names: make(map[string]struct{}), limit: limit, fixed: len(models) > 0}
+	for _, m := range models {
+		s.names[m] = struct{}{}
+	}
+	return s
+}
+
+func (s *modelSet) label(model string) string {
+	s.mu.RLock()
+	_, ok := s.names[model]
+	n := len(s.names)
+	s.mu.RUnlock()
+	if ok {
+		return model
+	}
+	if s.fixed || n >= s.limit {
+		return attributes.OtherModel
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.names) >= s.limit {
+		return attributes.OtherModel
+	}
+	s.names[model] = struct{}{}
+	return model
+}

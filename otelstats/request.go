@@ -1,0 +1,135 @@
+package otelstats
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Arrival describes a request as the frontend receives it.
+type Arrival struct {
+	Time      time.Time
+	Model     string
+	Operation string // GenAI operation name; "chat" when empty
+	Scope     string
+}
+
+// Request is a frontend's handle on one in-flight request. Its methods
+// record that request's frontend updates without looking it up. A Request is
+// safe for concurrent use; after the request finished, its methods return a
+// RejectError with ReasonAfterFinished.
+type Request struct {
+	t  *Tracker
+	r  *reqState
+	sc trace.SpanContext
+}
+
+// Arrive records ARRIVED for request id and returns its handle. A valid span
+// context in ctx (an incoming traceparent) becomes the root span's parent.
+// Even a rejected arrival returns a usable handle whose methods are no-ops
+// that return the same rejection, so callers need no nil checks on the hot
+// path.
+func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, error) {
+	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope}
+	if t.closed.Load() {
+		return &Request{t: t}, t.rejected(reject(&u, SideFrontend, ReasonClosed, "the tracker is shut down"))
+	}
+	if _, rerr := check(&u); rerr != nil {
+		return &Request{t: t}, t.rejected(rerr)
+	}
+	ns := t.ns(a.Time)
+	r, err := t.arrive(&u, ns, trace.SpanContextFromContext(ctx))
+	if err != nil {
+		return &Request{t: t}, err
+	}
+	t.after(ns)
+	return &Request{t: t, r: r, sc: spanContextOf(r)}, nil
+}
+
+// ID returns the request's id.
+func (q *Request) ID() string {
+	if q.r == nil {
+		return ""
+	}
+	return q.r.id
+}
+
+// SpanContext is the span context the request's root span will have, known
+// from arrival so it can be propagated downstream (traceparent) before the
+// spans exist.
+func (q *Request) SpanContext() trace.SpanContext { return q.sc }
+
+// Context returns ctx carrying the request's root span context, so spans the
+// engine or its outgoing calls start join the request's trace.
+func (q *Request) Context(ctx context.Context) context.Context {
+	if !q.sc.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithSpanContext(ctx, q.sc)
+}
+
+// InputProcessed records INPUT_PROCESSED: tokenization and templating done.
+func (q *Request) InputProcessed(at time.Time, promptTokens int, sp *SamplingParams) error {
+	return q.Record(Update{Kind: KindInputProcessed, Time: at, NumPromptTokens: promptTokens, Sampling: sp})
+}
+
+// Detokenized records a delivery of newTokens tokens towards the client;
+// busy is the time spent detokenizing, if known.
+func (q *Request) Detokenized(at time.Time, newTokens int, busy time.Duration) error {
+	return q.Record(Update{Kind: KindDetokenized, Time: at, NumNewTokens: newTokens, Busy: busy})
+}
+
+// Finish records the frontend's FINISHED with reason (stop, length, …).
+func (q *Request) Finish(at time.Time, reason string) error {
+	return q.Record(Update{Kind: KindFinished, Time: at, FinishReason: reason})
+}
+
+// Abort records FINISHED with reason "abort" (client disconnect, cancel).
+func (q *Request) Abort(at time.Time) error { return q.Finish(at, FinishAbort) }
+
+// Fail records FINISHED with reason "error" and the given error.type.
+func (q *Request) Fail(at time.Time, errorType string) error {
+	return q.Record(Update{Kind: KindFinished, Time: at, FinishReason: FinishError, ErrorType: errorType})
+}
+
+// Record records any frontend update for this request; u's RequestID, Scope
+// and Model are ignored. A FINISHED with Side SideEngine is accepted too, for
+// engines that drive a request through its handle.
+func (q *Request) Record(u Update) error {
+	t, r := q.t, q.r
+	if r == nil {
+		if t == nil {
+			return errNilRequest
+		}
+		return t.rejected(reject(&u, u.Side, ReasonUnknownRequest, "the request's arrival was rejected"))
+	}
+	u.RequestID, u.Scope, u.Model = r.id, r.scope, r.model
+	if u.Kind == KindArrived {
+		return t.rejected(reject(&u, SideFrontend, ReasonDuplicateArrival, "the handle's request has arrived already"))
+	}
+	side, rerr := check(&u)
+	if rerr != nil {
+		return t.rejected(rerr)
+	}
+	ns := t.ns(u.Time)
+	sh := t.shardFor(r.id)
+	sh.mu.Lock()
+	if r.done {
+		sh.mu.Unlock()
+		return t.rejected(reject(&u, side, ReasonAfterFinished, "the request has finished"))
+	}
+	complete, rerr := t.apply(sh, r, &u, side, ns)
+	if complete {
+		sh.remove(r)
+	}
+	sh.mu.Unlock()
+	if complete {
+		t.finalize(r, "")
+	}
+	if rerr != nil {
+		return t.rejected(rerr)
+	}
+	t.after(ns)
+	return nil
+}

@@ -1,0 +1,176 @@
+package otelstats
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// SchedulerStats is what an engine's scheduler knows after a step (vLLM's
+// SchedulerStats). It feeds the running/waiting/KV-cache gauges and the
+// stats log line.
+type SchedulerStats struct {
+	Running int
+	Waiting int
+	// KVCacheUsage is the fraction of KV-cache blocks in use, 0 to 1.
+	KVCacheUsage float64
+	// PrefixCacheQueries and PrefixCacheHits are the prompt tokens looked up
+	// in and served from the prefix cache during the step. When an engine
+	// reports them, they feed llm.server.prefix_cache.* in place of the
+	// per-request numbers, so nothing is counted twice.
+	PrefixCacheQueries int64
+	PrefixCacheHits    int64
+}
+
+// RecordSchedulerStats records one step's scheduler stats at time at.
+func (t *Tracker) RecordSchedulerStats(at time.Time, s SchedulerStats) {
+	t.recordSched(t.ns(at), &s)
+}
+
+func (t *Tracker) recordSched(ns int64, s *SchedulerStats) {
+	ctx := context.Background()
+	t.inst.running.Record(ctx, int64(s.Running))
+	t.inst.waiting.Record(ctx, int64(s.Waiting))
+	t.inst.kvUsage.Record(ctx, s.KVCacheUsage)
+	if s.PrefixCacheQueries > 0 || s.PrefixCacheHits > 0 {
+		t.schedCache.Store(true)
+		t.inst.pcQueries.Add(ctx, s.PrefixCacheQueries)
+		t.inst.pcHits.Add(ctx, s.PrefixCacheHits)
+	}
+	t.stats.mu.Lock()
+	t.stats.running, t.stats.waiting, t.stats.kv = s.Running, s.Waiting, s.KVCacheUsage
+	t.stats.mu.Unlock()
+	t.stats.maybeLog(ns)
+}
+
+// Stats is one interval of the periodic stats line, like vLLM's
+// "Avg prompt throughput: … tokens/s, … Running: … reqs …".
+type Stats struct {
+	Time     time.Time
+	Interval time.Duration
+	// Throughputs in tokens per second over the interval.
+	PromptThroughput     float64
+	GenerationThroughput float64
+	Running, Waiting     int
+	// Preemptions in the interval.
+	Preemptions  int64
+	KVCacheUsage float64
+	// HitRate is the prefix-cache hits/queries over the last 1,000 finished
+	// requests; not Valid before any request was scheduled.
+	HitRate      float64
+	HitRateValid bool
+	// Finished requests in the interval.
+	Finished int64
+}
+
+func (s Stats) String() string {
+	hr := "n/a"
+	if s.HitRateValid {
+		hr = fmt.Sprintf("%.1f%%", 100*s.HitRate)
+	}
+	return fmt.Sprintf("Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "+
+		"Running: %d reqs, Waiting: %d reqs, Preemptions: %d, KV cache usage: %.1f%%, Prefix cache hit rate: %s",
+		s.PromptThroughput, s.GenerationThroughput, s.Running, s.Waiting, s.Preemptions, 100*s.KVCacheUsage, hr)
+}
+
+const recentRequests = 1000
+
+type statsLog struct {
+	t *Tracker
+
+	mu                     sync.Mutex
+	last                   int64
+	prompt, gen, preempts  int64 // shard sums at the last line
+	finished, lastFinished int64
+	running, waiting       int
+	kv                     float64
+	ring                   [recentRequests][2]int64 // queries, hits
+	pos, filled            int
+	latest                 Stats
+}
+
+func newStatsLog(t *Tracker) *statsLog { return &statsLog{t: t} }
+
+func (l *statsLog) addRequest(queries, hits int64) {
+	l.mu.Lock()
+	l.finished++
+	if queries > 0 {
+		l.ring[l.pos] = [2]int64{queries, hits}
+		l.pos = (l.pos + 1) % recentRequests
+		l.filled = min(l.filled+1, recentRequests)
+	}
+	l.mu.Unlock()
+}
+
+// maybeLog emits a line when an interval has passed since the last one.
+func (l *statsLog) maybeLog(ns int64) {
+	if l.t.cfg.logger == nil {
+		return
+	}
+	l.mu.Lock()
+	if l.last == 0 {
+		l.last = ns
+		l.mu.Unlock()
+		return
+	}
+	iv := int64(l.t.cfg.statsInterval)
+	if ns-l.last < iv {
+		l.mu.Unlock()
+		return
+	}
+	s := l.snapshot(ns)
+	l.mu.Unlock()
+	l.t.cfg.logger.LogAttrs(context.Background(), slog.LevelInfo, s.String(),
+		slog.Float64("prompt_tokens_per_s", s.PromptThroughput),
+		slog.Float64("generation_tokens_per_s", s.GenerationThroughput),
+		slog.Int("running", s.Running),
+		slog.Int("waiting", s.Waiting),
+		slog.Int64("preemptions", s.Preemptions),
+		slog.Float64("kv_cache_usage", s.KVCacheUsage),
+		slog.Float64("prefix_cache_hit_rate", s.HitRate),
+	)
+}
+
+// snapshot computes the interval ending at ns and starts the next. Called
+// with mu held.
+func (l *statsLog) snapshot(ns int64) Stats {
+	var prompt, gen, pre int64
+	for i := range l.t.shards {
+		sh := &l.t.shards[i]
+		prompt += sh.promptTok.Load()
+		gen += sh.genTok.Load()
+		pre += sh.preempts.Load()
+	}
+	secs := float64(ns-l.last) / 1e9
+	s := Stats{
+		Time:                 time.Unix(0, ns),
+		Interval:             time.Duration(ns - l.last),
+		PromptThroughput:     float64(prompt-l.prompt) / secs,
+		GenerationThroughput: float64(gen-l.gen) / secs,
+		Running:              l.running,
+		Waiting:              l.waiting,
+		Preemptions:          pre - l.preempts,
+		KVCacheUsage:         l.kv,
+		Finished:             l.finished - l.lastFinished,
+	}
+	var q, h int64
+	for i := 0; i < l.filled; i++ {
+		q += l.ring[i][0]
+		h += l.ring[i][1]
+	}
+	if q > 0 {
+		s.HitRate, s.HitRateValid = float64(h)/float64(q), true
+	}
+	l.prompt, l.gen, l.preempts, l.lastFinished, l.last = prompt, gen, pre, l.finished, ns
+	l.latest = s
+	return s
+}
+
+// LastStats returns the most recent stats interval that was logged.
+func (t *Tracker) LastStats() Stats {
+	t.stats.mu.Lock()
+	defer t.stats.mu.Unlock()
+	return t.stats.latest
+}

@@ -1,0 +1,153 @@
+package otelstats
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmtrace/llmtrace/attributes"
+)
+
+// maxRuns bounds the runs (prefill + decode segments) kept per request; a
+// request preempted more often keeps counting preemptions, but its later
+// runs merge into the last one.
+const maxRuns = 64
+
+// maxChunkEvents bounds the chunk events kept per run.
+const maxChunkEvents = 64
+
+// itlBoundsNs are the ITL histogram boundaries in nanoseconds.
+var itlBoundsNs = func() []int64 {
+	b := attributes.InterTokenLatencyBuckets()
+	out := make([]int64, len(b))
+	for i, v := range b {
+		out[i] = int64(math.Round(v * 1e9))
+	}
+	return out
+}()
+
+const nITL = 20 // len(InterTokenLatencyBuckets()) + 1
+
+func init() {
+	if len(itlBoundsNs)+1 != nITL {
+		panic("otelstats: nITL does not match the ITL buckets")
+	}
+}
+
+// itlHist aggregates one request's inter-token gaps per histogram bucket:
+// a count and the exact sum in each bucket. At finish, each bucket's gaps are
+// recorded at their mean, which lies inside the bucket, so the exported
+// histogram has exactly the counts and sum of the real gaps while the state
+// stays bounded however long the output is.
+type itlHist struct {
+	n   [nITL]uint32
+	sum [nITL]int64
+}
+
+func (h *itlHist) add(gap int64) {
+	i := sort.Search(len(itlBoundsNs), func(i int) bool { return gap <= itlBoundsNs[i] })
+	h.n[i]++
+	h.sum[i] += gap
+}
+
+type sideState struct {
+	last Kind
+	time int64
+}
+
+type run struct {
+	start, end       int64 // end: PREEMPTED time, 0 while running or last
+	feFirst, enFirst int64
+	computed, cached int32
+	chunks           int32
+	feTokens         int32
+	enTokens         int32
+	events           []chunkEvent
+}
+
+type chunkEvent struct {
+	time     int64
+	computed int32
+}
+
+// reqExtra holds what most requests do not need, so reqState stays small.
+type reqExtra struct {
+	sampling   *SamplingParams
+	parent     trace.SpanContext
+	feITLs     []time.Duration
+	enITLs     []time.Duration
+	droppedEvs int
+}
+
+// reqState is one in-flight request. It is guarded by its shard's mutex
+// until done is set and it has left the shard; then only finalize reads it.
+type reqState struct {
+	next *reqState // requests sharing the id
+
+	id, scope, model, operation string
+	traceID                     [16]byte
+	spanID                      [8]byte
+	extra                       *reqExtra
+
+	fe, en     sideState
+	feReported bool // the frontend sent more than ARRIVED
+	done       bool
+
+	arrived, inputProcessed, firstQueued, firstPrefill int64
+	feFinish, enFinish                                 int64
+	lastSeen                                           int64
+	waitUntil                                          int64
+
+	feReason, enReason, errorType string
+
+	prompt          int32 // -1 unknown
+	cached          int32 // -1 never scheduled
+	recomputeCached int64
+	preemptions     int32
+	preemptedNs     int64
+
+	feTokens, enTokens int64
+	feDeliv, enDeliv   int32
+	feFirst, feLast    int64
+	enFirst, enLast    int64
+	preRunFE           int32
+
+	detokFirst, detokLast, detokBusy int64
+	detokCount                       int32
+
+	runs    []run
+	runsBuf [2]run
+
+	feITL, enITL itlHist
+}
+
+func (r *reqState) matches(scope, model string) bool {
+	return (scope == "" || scope == r.scope) && (model == "" || model == r.model)
+}
+
+func (r *reqState) curRun() *run {
+	if len(r.runs) == 0 {
+		return nil
+	}
+	return &r.runs[len(r.runs)-1]
+}
+
+// runAt is the last run started at or before ns, for frontend deliveries
+// whose engine updates may have come in a different order.
+func (r *reqState) runAt(ns int64) *run {
+	for i := len(r.runs) - 1; i >= 0; i-- {
+		if r.runs[i].start <= ns {
+			return &r.runs[i]
+		}
+	}
+	return nil
+}
+
+func (r *reqState) ext() *reqExtra {
+	if r.extra == nil {
+		r.extra = &reqExtra{}
+	}
+	return r.extra
+}

@@ -1,0 +1,178 @@
+package otelstats
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Latency is a duration that may be absent: a value whose instants never
+// happened (an abort before the first token has no TTFT) is not Valid, never
+// zero and never a huge number from an unset timestamp.
+type Latency struct {
+	Value time.Duration
+	Valid bool
+}
+
+func some(d time.Duration) Latency {
+	if d < 0 {
+		// Only clock skew between two processes can make a derived
+		// duration negative; the instants are real, the order is not.
+		d = 0
+	}
+	return Latency{Value: d, Valid: true}
+}
+
+// Seconds returns the value in seconds and whether it is present.
+func (l Latency) Seconds() (float64, bool) { return l.Value.Seconds(), l.Valid }
+
+// Count is a token count that may be unknown.
+type Count struct {
+	N     int
+	Valid bool
+}
+
+// RequestStats is one finished request, materialized from its updates (vLLM
+// V1's RequestStats). The fields are SPEC §2's; MarshalJSON writes them under
+// SPEC's names (e2e_latency_s, ...), omitting absent values.
+type RequestStats struct {
+	RequestID string
+	Scope     string
+	Model     string
+	Operation string
+	// FinishReason is the frontend's when both sides gave one.
+	FinishReason string
+	ErrorType    string
+
+	ArrivalTime  time.Time
+	FinishedTime time.Time
+
+	E2ELatency        Latency // FINISHED − ARRIVED
+	QueueDuration     Latency // first PREFILLING − first QUEUED
+	FirstTokenLatency Latency // TTFT: first token − ARRIVED
+	PrefillLatency    Latency // first token − first PREFILLING
+	DecodeLatency     Latency // FINISHED − first token
+	InferenceLatency  Latency // FINISHED − first PREFILLING
+	// TimePerOutputToken is DecodeLatency / (NumOutputTokens − 1), present
+	// with more than one output token.
+	TimePerOutputToken Latency
+	// PreemptedDuration sums PREEMPTED → next PREFILLING (or FINISHED).
+	PreemptedDuration time.Duration
+	// OutputTokenLatencies are the gaps between successive token-bearing
+	// deliveries, one per delivery; kept only with WithTokenLatencies.
+	OutputTokenLatencies []time.Duration
+
+	NumPromptTokens Count
+	NumOutputTokens int
+	NumPreemptions  int
+	// NumCachedTokens are the prompt tokens served from the prefix cache at
+	// the first scheduling.
+	NumCachedTokens Count
+	// NumRecomputeCachedTokens are cache hits during recompute prefills after
+	// preemptions; they are not prefix-cache hits of the request.
+	NumRecomputeCachedTokens int
+
+	// TraceID and SpanID identify the request's root span.
+	TraceID string
+	SpanID  string
+	// ClampedSpans counts spans clamped into the root because of skew.
+	ClampedSpans int
+}
+
+// MarshalJSON writes the stats with SPEC §2's names, in a fixed order.
+func (s *RequestStats) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil), nil }
+
+// AppendJSON appends the JSON object of MarshalJSON to dst.
+func (s *RequestStats) AppendJSON(dst []byte) []byte {
+	dst = append(dst, '{')
+	dst = appendStr(dst, "request_id", s.RequestID, true)
+	if s.Scope != "" {
+		dst = appendStr(dst, "scope", s.Scope, false)
+	}
+	dst = appendStr(dst, "model", s.Model, false)
+	dst = appendStr(dst, "operation", s.Operation, false)
+	dst = appendStr(dst, "finish_reason", s.FinishReason, false)
+	if s.ErrorType != "" {
+		dst = appendStr(dst, "error_type", s.ErrorType, false)
+	}
+	dst = appendFloat(dst, "arrival_time", unixSeconds(s.ArrivalTime))
+	dst = appendFloat(dst, "finished_time", unixSeconds(s.FinishedTime))
+	dst = appendLatency(dst, "e2e_latency_s", s.E2ELatency)
+	dst = appendLatency(dst, "queue_duration_s", s.QueueDuration)
+	dst = appendLatency(dst, "first_token_latency_s", s.FirstTokenLatency)
+	dst = appendLatency(dst, "prefill_latency_s", s.PrefillLatency)
+	dst = appendLatency(dst, "decode_latency_s", s.DecodeLatency)
+	dst = appendLatency(dst, "inference_latency_s", s.InferenceLatency)
+	dst = appendLatency(dst, "time_per_output_token_s", s.TimePerOutputToken)
+	dst = appendFloat(dst, "preempted_duration_s", s.PreemptedDuration.Seconds())
+	if s.OutputTokenLatencies != nil {
+		dst = append(dst, `,"output_token_latencies_s":[`...)
+		for i, d := range s.OutputTokenLatencies {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = strconv.AppendFloat(dst, d.Seconds(), 'g', -1, 64)
+		}
+		dst = append(dst, ']')
+	}
+	if s.NumPromptTokens.Valid {
+		dst = appendInt(dst, "num_prompt_tokens", s.NumPromptTokens.N)
+	}
+	dst = appendInt(dst, "num_output_tokens", s.NumOutputTokens)
+	dst = appendInt(dst, "num_preemptions", s.NumPreemptions)
+	if s.NumCachedTokens.Valid {
+		dst = appendInt(dst, "num_cached_tokens", s.NumCachedTokens.N)
+	}
+	dst = appendInt(dst, "num_recompute_cached_tokens", s.NumRecomputeCachedTokens)
+	if s.TraceID != "" {
+		dst = appendStr(dst, "trace_id", s.TraceID, false)
+		dst = appendStr(dst, "span_id", s.SpanID, false)
+	}
+	if s.ClampedSpans > 0 {
+		dst = appendInt(dst, "clamped_spans", s.ClampedSpans)
+	}
+	return append(dst, '}')
+}
+
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
+}
+
+func appendKey(dst []byte, k string, first bool) []byte {
+	if !first {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, '"')
+	dst = append(dst, k...)
+	return append(dst, '"', ':')
+}
+
+func appendStr(dst []byte, k, v string, first bool) []byte {
+	dst = appendKey(dst, k, first)
+	b, _ := json.Marshal(v) // strings always marshal
+	return append(dst, b...)
+}
+
+func appendFloat(dst []byte, k string, v float64) []byte {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return dst
+	}
+	dst = appendKey(dst, k, false)
+	return strconv.AppendFloat(dst, v, 'g', -1, 64)
+}
+
+func appendLatency(dst []byte, k string, l Latency) []byte {
+	if !l.Valid {
+		return dst
+	}
+	return appendFloat(dst, k, l.Value.Seconds())
+}
+
+func appendInt(dst []byte, k string, v int) []byte {
+	dst = appendKey(dst, k, false)
+	return strconv.AppendInt(dst, int64(v), 10)
+}

@@ -1,0 +1,114 @@
+package otelstats
+
+import (
+	"errors"
+	"time"
+)
+
+// Step is one engine scheduler step for many requests. An engine loop that
+// schedules, runs the model and then processes outputs typically records
+// two Steps: one at schedule time (Queued, Preempted, Scheduled) and one when
+// the outputs are ready (Decoded, Finished, Stats); one Step with all of
+// them works too, with a single time. Entries apply in the order Queued,
+// Preempted, Scheduled, Decoded, Finished.
+//
+// The slices are read during the call only; an engine can reuse one Step
+// value, truncating its slices each iteration, and record without
+// allocating.
+type Step struct {
+	Time time.Time
+	// Scope and Model, when set, select among in-flight requests that share
+	// an id (see "Request ids" in the package doc).
+	Scope string
+	Model string
+
+	Queued    []string
+	Preempted []string
+	Scheduled []Scheduled
+	Decoded   []Decoded
+	Finished  []Finished
+	Stats     *SchedulerStats
+}
+
+// Scheduled is a request scheduled to compute prompt tokens in a step: a new
+// prefill, a further chunk, or a recompute after preemption (PREFILLING).
+type Scheduled struct {
+	RequestID string
+	// ComputedTokens is how many of the request's tokens will have been
+	// computed once this chunk is done, counting prefix-cache hits.
+	ComputedTokens int
+	// CachedTokens is how many came from the prefix cache.
+	CachedTokens int
+}
+
+// Decoded is a request that produced output tokens in a step (DECODING).
+type Decoded struct {
+	RequestID string
+	NewTokens int // 0 means 1
+}
+
+// Finished is a request the engine finished in a step.
+type Finished struct {
+	RequestID string
+	Reason    string
+	ErrorType string
+}
+
+// maxStepErrors bounds the rejections a Step returns in detail; all of them
+// are counted.
+const maxStepErrors = 8
+
+// Step records one engine step. It never blocks on export and does not
+// allocate per request or per token on the accepted path. It returns nil, or
+// an error joining up to eight of the step's rejections (each a
+// *RejectError); every rejection is counted.
+func (t *Tracker) Step(s *Step) error {
+	ns := t.ns(s.Time)
+	var errs []error
+	u := Update{Side: SideEngine, Time: s.Time, Scope: s.Scope, Model: s.Model}
+	do := func() {
+		if err := t.record(&u, ns); err != nil && len(errs) < maxStepErrors {
+			errs = append(errs, err)
+		}
+	}
+	u.Kind = KindQueued
+	for _, id := range s.Queued {
+		u.RequestID = id
+		do()
+	}
+	u.Kind = KindPreempted
+	for _, id := range s.Preempted {
+		u.RequestID = id
+		do()
+	}
+	u.Kind = KindPrefilling
+	for i := range s.Scheduled {
+		e := &s.Scheduled[i]
+		u.RequestID, u.NumComputedTokens, u.NumCachedTokens = e.RequestID, e.ComputedTokens, e.CachedTokens
+		do()
+	}
+	u.NumComputedTokens, u.NumCachedTokens = 0, 0
+	u.Kind = KindDecoding
+	for i := range s.Decoded {
+		e := &s.Decoded[i]
+		u.RequestID, u.NumNewTokens = e.RequestID, e.NewTokens
+		do()
+	}
+	u.NumNewTokens = 0
+	u.Kind = KindFinished
+	for i := range s.Finished {
+		e := &s.Finished[i]
+		u.RequestID, u.FinishReason, u.ErrorType = e.RequestID, e.Reason, e.ErrorType
+		do()
+	}
+	if s.Stats != nil {
+		t.recordSched(ns, s.Stats)
+	} else {
+		t.stats.maybeLog(ns)
+	}
+	t.after(ns)
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,494 @@
+package otelstats
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmtrace/llmtrace/spans"
+)
+
+const numShards = 32
+
+// recentSize is how many finished requests each shard remembers, so a late
+// update for one is rejected as after_finished rather than held as unknown.
+const recentSize = 128
+
+type recentKey struct{ id, scope, model string }
+
+type shard struct {
+	mu     sync.Mutex
+	reqs   map[string]*reqState
+	held   map[string][]Update
+	recent [recentSize]recentKey
+	rpos   int
+
+	// Counters for the stats log, written under mu, read atomically.
+	promptTok atomic.Int64
+	genTok    atomic.Int64
+	preempts  atomic.Int64
+
+	_ [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// Tracker turns lifecycle updates into RequestStats, span trees and metrics.
+//
+// A Tracker is safe for concurrent use by any number of frontend goroutines
+// and engine loops: requests are spread over shards with their own locks, so
+// goroutines working on different requests rarely meet. Recording never
+// blocks on export: span trees go to the TracerProvider's span processor
+// (use a batching one) and metrics to the MeterProvider. The zero Tracker is
+// not usable; create one with NewTracker and end it with Shutdown.
+type Tracker struct {
+	cfg    config
+	tracer trace.Tracer
+	inst   *instruments
+	models *modelSet
+
+	anchor   time.Time
+	anchorNs int64
+	seed     maphash.Seed
+	shards   [numShards]shard
+
+	hwm        atomic.Int64 // latest update time seen, ns
+	nextSweep  atomic.Int64
+	sweepMu    sync.Mutex
+	inflight   atomic.Int64
+	held       atomic.Int64
+	closed     atomic.Bool
+	schedCache atomic.Bool // the engine reports prefix-cache counters itself
+
+	stats *statsLog
+	trees sync.Pool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+// NewTracker returns a Tracker configured by opts.
+func NewTracker(opts ...Option) (*Tracker, error) {
+	cfg := newConfig(opts)
+	inst, err := newInstruments(cfg.mp)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	t := &Tracker{
+		cfg:      cfg,
+		tracer:   cfg.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
+		inst:     inst,
+		models:   newModelSet(cfg.models, cfg.maxModels),
+		anchor:   now,
+		anchorNs: now.UnixNano(),
+		seed:     maphash.MakeSeed(),
+		stop:     make(chan struct{}),
+	}
+	t.stats = newStatsLog(t)
+	for i := range t.shards {
+		t.shards[i].reqs = make(map[string]*reqState)
+		t.shards[i].held = make(map[string][]Update)
+	}
+	t.trees.New = func() any { return &treeBuf{} }
+	if cfg.autoSweep > 0 {
+		t.wg.Add(1)
+		go t.autoSweep(cfg.autoSweep)
+	}
+	return t, nil
+}
+
+// ns maps t onto wall-clock nanoseconds through the tracker's anchor: a time
+// with a monotonic reading is measured on the monotonic clock from the
+// anchor, a time without one (parsed, simulated) keeps its wall value.
+func (t *Tracker) ns(tm time.Time) int64 { return t.anchorNs + int64(tm.Sub(t.anchor)) }
+
+func (t *Tracker) shardFor(id string) *shard {
+	return &t.shards[maphash.String(t.seed, id)&(numShards-1)]
+}
+
+func (t *Tracker) advance(ns int64) {
+	for {
+		old := t.hwm.Load()
+		if ns <= old || t.hwm.CompareAndSwap(old, ns) {
+			return
+		}
+	}
+}
+
+// Record validates u against its request's lifecycle and applies it. A
+// rejected update returns a *RejectError, is counted in llm.rejected_updates
+// and leaves the request unchanged. An engine update that arrives before its
+// request's ARRIVED is held (nil error) for the hold window, then rejected.
+func (t *Tracker) Record(u Update) error {
+	ns := t.ns(u.Time)
+	if err := t.record(&u, ns); err != nil {
+		return err
+	}
+	t.after(ns)
+	return nil
+}
+
+func (t *Tracker) after(ns int64) {
+	t.advance(ns)
+	if ns >= t.nextSweep.Load() {
+		t.maybeSweep()
+	}
+}
+
+// record is the one path every update takes. It returns a *RejectError as
+// error, or nil.
+func (t *Tracker) record(u *Update, ns int64) error {
+	if t.closed.Load() {
+		return t.rejected(reject(u, u.Side, ReasonClosed, "the tracker is shut down"))
+	}
+	side, rerr := check(u)
+	if rerr != nil {
+		return t.rejected(rerr)
+	}
+	if u.Kind == KindArrived {
+		_, err := t.arrive(u, ns, trace.SpanContext{})
+		return err
+	}
+	sh := t.shardFor(u.RequestID)
+	sh.mu.Lock()
+	r, res := sh.lookup(u.RequestID, u.Scope, u.Model)
+	switch res {
+	case lookupNone:
+		if sh.isRecent(u.RequestID, u.Scope, u.Model) {
+			sh.mu.Unlock()
+			return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
+		}
+		if int(t.held.Load()) >= t.cfg.maxHeld {
+			sh.mu.Unlock()
+			return t.rejected(reject(u, side, ReasonOverloaded, "too many updates waiting for their ARRIVED"))
+		}
+		hu := *u
+		hu.Side = side
+		hu.Time = time.Unix(0, ns)
+		sh.held[u.RequestID] = append(sh.held[u.RequestID], hu)
+		t.held.Add(1)
+		sh.mu.Unlock()
+		return nil
+	case lookupAmbiguous:
+		sh.mu.Unlock()
+		return t.rejected(reject(u, side, ReasonAmbiguousRequest, "several in-flight requests share this id; give scope or model"))
+	}
+	complete, rerr := t.apply(sh, r, u, side, ns)
+	if complete {
+		sh.remove(r)
+	}
+	sh.mu.Unlock()
+	if complete {
+		t.finalize(r, "")
+	}
+	if rerr != nil {
+		return t.rejected(rerr)
+	}
+	return nil
+}
+
+func (t *Tracker) rejected(e *RejectError) error {
+	t.inst.countReject(e.Reason)
+	return e
+}
+
+// arrive creates a request and applies any updates held for it.
+func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqState, error) {
+	sh := t.shardFor(u.RequestID)
+	sh.mu.Lock()
+	for c := sh.reqs[u.RequestID]; c != nil; c = c.next {
+		if c.scope == u.Scope && c.model == u.Model {
+			sh.mu.Unlock()
+			return nil, t.rejected(reject(u, SideFrontend, ReasonDuplicateArrival, "a request with this id, scope and model is in flight"))
+		}
+	}
+	var evicted *reqState
+	if t.inflight.Load() >= int64(t.cfg.maxInFlight) {
+		evicted = sh.oldest()
+		if evicted != nil {
+			evicted.done = true
+			sh.remove(evicted)
+		}
+	}
+	op := u.Operation
+	if op == "" {
+		op = "chat"
+	}
+	r := &reqState{
+		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op,
+		arrived: ns, lastSeen: ns, prompt: -1, cached: -1,
+		fe: sideState{last: KindArrived, time: ns},
+	}
+	r.runs = r.runsBuf[:0]
+	if parent.IsValid() {
+		r.ext().parent = parent
+		r.traceID = parent.TraceID()
+	} else {
+		r.traceID = spans.NewTraceID()
+	}
+	r.spanID = spans.NewSpanID()
+	r.next = sh.reqs[u.RequestID]
+	sh.reqs[u.RequestID] = r
+	t.inflight.Add(1)
+
+	// Updates that came before this ARRIVED, in the order they came.
+	var errs []error
+	complete := false
+	if hs, ok := sh.held[u.RequestID]; ok {
+		keep := hs[:0]
+		for i := range hs {
+			h := &hs[i]
+			if complete || !r.matches(h.Scope, h.Model) {
+				keep = append(keep, *h)
+				continue
+			}
+			t.held.Add(-1)
+			c, rerr := t.apply(sh, r, h, h.Side, t.ns(h.Time))
+			if rerr != nil {
+				errs = append(errs, rerr)
+			}
+			complete = complete || c
+		}
+		if len(keep) == 0 {
+			delete(sh.held, u.RequestID)
+		} else {
+			sh.held[u.RequestID] = keep
+		}
+	}
+	if complete {
+		sh.remove(r)
+	}
+	sh.mu.Unlock()
+	if evicted != nil {
+		t.inst.evicted.Add(context.Background(), 1)
+		t.finalize(evicted, FinishEvicted)
+	}
+	for _, e := range errs {
+		t.inst.countReject(e.(*RejectError).Reason)
+	}
+	if complete {
+		t.finalize(r, "")
+	}
+	return r, nil
+}
+
+type lookupResult uint8
+
+const (
+	lookupFound lookupResult = iota
+	lookupNone
+	lookupAmbiguous
+)
+
+func (sh *shard) lookup(id, scope, model string) (*reqState, lookupResult) {
+	var found *reqState
+	for c := sh.reqs[id]; c != nil; c = c.next {
+		if c.matches(scope, model) {
+			if found != nil {
+				return nil, lookupAmbiguous
+			}
+			found = c
+		}
+	}
+	if found == nil {
+		return nil, lookupNone
+	}
+	return found, lookupFound
+}
+
+// remove takes r out of the shard and remembers it as recently finished.
+func (sh *shard) remove(r *reqState) {
+	r.done = true
+	head := sh.reqs[r.id]
+	if head == r {
+		if r.next == nil {
+			delete(sh.reqs, r.id)
+		} else {
+			sh.reqs[r.id] = r.next
+		}
+	} else {
+		for c := head; c != nil; c = c.next {
+			if c.next == r {
+				c.next = r.next
+				break
+			}
+		}
+	}
+	r.next = nil
+	sh.recent[sh.rpos] = recentKey{r.id, r.scope, r.model}
+	sh.rpos = (sh.rpos + 1) % recentSize
+}
+
+func (sh *shard) isRecent(id, scope, model string) bool {
+	for i := range sh.recent {
+		k := &sh.recent[i]
+		if k.id == id && (scope == "" || scope == k.scope) && (model == "" || model == k.model) {
+			return true
+		}
+	}
+	return false
+}
+
+// oldest is the in-flight request of the shard that arrived first.
+func (sh *shard) oldest() *reqState {
+	var o *reqState
+	for _, c := range sh.reqs {
+		for ; c != nil; c = c.next {
+			if o == nil || c.arrived < o.arrived {
+				o = c
+			}
+		}
+	}
+	return o
+}
+
+// Sweep ends what has expired by now: requests whose other side did not
+// finish within the grace period, requests idle for longer than the TTL
+// (finished as "abandoned"), and held updates whose ARRIVED never came
+// (rejected as unknown_request). The tracker sweeps by itself as the times
+// of recorded updates advance; call Sweep when updates may stop coming, or
+// use WithAutoSweep.
+func (t *Tracker) Sweep(now time.Time) { t.sweep(t.ns(now), false) }
+
+func (t *Tracker) maybeSweep() {
+	if !t.sweepMu.TryLock() {
+		return
+	}
+	now := t.hwm.Load()
+	every := min(t.cfg.frontendGrace, t.cfg.holdWindow) / 2
+	every = max(every, 10*time.Millisecond)
+	t.nextSweep.Store(now + int64(every))
+	t.sweepMu.Unlock()
+	t.sweep(now, false)
+}
+
+type ended struct {
+	r      *reqState
+	reason string
+}
+
+// sweep expires by now; with all set (Flush) every wait ends and every held
+// update is rejected.
+func (t *Tracker) sweep(now int64, all bool) {
+	var done []ended
+	var rejects []*RejectError
+	ttl := int64(t.cfg.requestTTL)
+	hold := int64(t.cfg.holdWindow)
+	for i := range t.shards {
+		sh := &t.shards[i]
+		start := len(done)
+		sh.mu.Lock()
+		for _, head := range sh.reqs {
+			for c := head; c != nil; {
+				next := c.next
+				switch {
+				case c.waitUntil != 0 && (all || now >= c.waitUntil):
+					done = append(done, ended{c, ""})
+				case ttl > 0 && now-c.lastSeen >= ttl && c.feFinish == 0 && c.enFinish == 0:
+					done = append(done, ended{c, FinishAbandoned})
+				}
+				c = next
+			}
+		}
+		for _, e := range done[start:] {
+			sh.remove(e.r)
+		}
+		for id, hs := range sh.held {
+			keep := hs[:0]
+			for j := range hs {
+				h := &hs[j]
+				if all || now-t.ns(h.Time) >= hold {
+					rejects = append(rejects, reject(h, h.Side, ReasonUnknownRequest, "no ARRIVED within the hold window"))
+					t.held.Add(-1)
+				} else {
+					keep = append(keep, *h)
+				}
+			}
+			if len(keep) == 0 {
+				delete(sh.held, id)
+			} else {
+				sh.held[id] = keep
+			}
+		}
+		sh.mu.Unlock()
+	}
+	for _, e := range done {
+		t.finalize(e.r, e.reason)
+	}
+	for _, e := range rejects {
+		t.inst.countReject(e.Reason)
+	}
+}
+
+// Flush ends what a replayed log's end ends: every request waiting for its
+// other side's FINISHED finishes now, and every held update is rejected.
+// Requests still in flight stay in flight.
+func (t *Tracker) Flush() { t.sweep(t.hwm.Load(), true) }
+
+// InFlight returns the number of requests in flight.
+func (t *Tracker) InFlight() int { return int(t.inflight.Load()) }
+
+// Shutdown flushes, then ends every request still in flight as "unfinished"
+// (their partial spans and metrics are recorded), stops the auto-sweep
+// goroutine and rejects later updates. It does not shut down the providers,
+// which belong to the caller. It returns ctx's error if ctx ends first.
+func (t *Tracker) Shutdown(ctx context.Context) error {
+	var err error
+	t.once.Do(func() {
+		t.closed.Store(true)
+		close(t.stop)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t.wg.Wait()
+			t.Flush()
+			var rest []*reqState
+			for i := range t.shards {
+				sh := &t.shards[i]
+				start := len(rest)
+				sh.mu.Lock()
+				for _, head := range sh.reqs {
+					for c := head; c != nil; c = c.next {
+						rest = append(rest, c)
+					}
+				}
+				for _, r := range rest[start:] {
+					sh.remove(r)
+				}
+				sh.mu.Unlock()
+			}
+			for _, r := range rest {
+				t.finalize(r, FinishUnfinished)
+			}
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	})
+	return err
+}
+
+func (t *Tracker) autoSweep(every time.Duration) {
+	defer t.wg.Done()
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case now := <-tk.C:
+			t.advance(t.ns(now))
+			t.Sweep(now)
+			t.stats.maybeLog(t.ns(now))
+		}
+	}
+}
+
+var errNilRequest = errors.New("llmtrace: nil request handle")

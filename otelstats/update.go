@@ -1,0 +1,189 @@
+package otelstats
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind is the kind of a lifecycle update (SPEC §1). Its numeric values are
+// vLLM V1's RequestStatsUpdate.Type values plus one, so the zero Kind is
+// invalid.
+type Kind uint8
+
+// The eight update kinds.
+const (
+	KindArrived Kind = iota + 1
+	KindInputProcessed
+	KindQueued
+	KindPrefilling
+	KindPreempted
+	KindDecoding
+	KindDetokenized
+	KindFinished
+)
+
+var kindNames = [...]string{"", "ARRIVED", "INPUT_PROCESSED", "QUEUED", "PREFILLING", "PREEMPTED", "DECODING", "DETOKENIZED", "FINISHED"}
+
+func (k Kind) String() string {
+	if k == 0 || int(k) >= len(kindNames) {
+		return "Kind(" + strconv.Itoa(int(k)) + ")"
+	}
+	return kindNames[k]
+}
+
+// Valid reports whether k is one of the eight kinds.
+func (k Kind) Valid() bool { return k >= KindArrived && k <= KindFinished }
+
+// ParseKind parses a kind's name, case-insensitively.
+func ParseKind(s string) (Kind, bool) {
+	for k := KindArrived; k <= KindFinished; k++ {
+		if strings.EqualFold(s, kindNames[k]) {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// Side is who recorded an update.
+type Side uint8
+
+// Sides. SideAuto lets the kind decide: FINISHED defaults to the frontend,
+// every other kind has exactly one side.
+const (
+	SideAuto Side = iota
+	SideFrontend
+	SideEngine
+)
+
+func (s Side) String() string {
+	switch s {
+	case SideFrontend:
+		return "frontend"
+	case SideEngine:
+		return "engine"
+	}
+	return "auto"
+}
+
+// ParseSide parses "frontend" or "engine" ("" is SideAuto).
+func ParseSide(s string) (Side, bool) {
+	switch strings.ToLower(s) {
+	case "":
+		return SideAuto, true
+	case "frontend":
+		return SideFrontend, true
+	case "engine":
+		return SideEngine, true
+	}
+	return 0, false
+}
+
+// sideOf is the side that records k, or SideAuto for FINISHED.
+func sideOf(k Kind) Side {
+	switch k {
+	case KindArrived, KindInputProcessed, KindDetokenized:
+		return SideFrontend
+	case KindQueued, KindPrefilling, KindPreempted, KindDecoding:
+		return SideEngine
+	}
+	return SideAuto
+}
+
+// Finish reasons with a meaning to llmtrace. Any other non-empty reason is
+// accepted and passed through.
+const (
+	FinishStop   = "stop"
+	FinishLength = "length"
+	FinishAbort  = "abort"
+	FinishError  = "error"
+	// FinishAbandoned ends a request that stopped receiving updates for
+	// longer than the request TTL.
+	FinishAbandoned = "abandoned"
+	// FinishEvicted ends the oldest in-flight request when the in-flight cap
+	// is reached.
+	FinishEvicted = "evicted"
+	// FinishUnfinished ends requests still in flight at Shutdown.
+	FinishUnfinished = "unfinished"
+)
+
+// isFailure reports whether a finish reason marks the root span as an error
+// and puts error.type on the request duration.
+func isFailure(reason string) bool {
+	switch reason {
+	case FinishAbort, FinishError, FinishAbandoned, FinishEvicted, FinishUnfinished:
+		return true
+	}
+	return false
+}
+
+// SamplingParams are a request's sampling parameters; nil fields were not
+// given. They become gen_ai.request.* attributes on the root span.
+type SamplingParams struct {
+	Temperature      *float64 `json:"temperature,omitempty"`
+	TopP             *float64 `json:"top_p,omitempty"`
+	TopK             *int64   `json:"top_k,omitempty"`
+	MaxTokens        *int64   `json:"max_tokens,omitempty"`
+	Seed             *int64   `json:"seed,omitempty"`
+	N                *int64   `json:"n,omitempty"`
+	FrequencyPenalty *float64 `json:"frequency_penalty,omitempty"`
+	PresencePenalty  *float64 `json:"presence_penalty,omitempty"`
+	Stop             []string `json:"stop,omitempty"`
+}
+
+func (p *SamplingParams) empty() bool {
+	return p == nil || (p.Temperature == nil && p.TopP == nil && p.TopK == nil && p.MaxTokens == nil &&
+		p.Seed == nil && p.N == nil && p.FrequencyPenalty == nil && p.PresencePenalty == nil && len(p.Stop) == 0)
+}
+
+// Update is one lifecycle transition of one request (vLLM V1's
+// RequestStatsUpdate). Which payload fields matter depends on Kind:
+//
+//	ARRIVED          Model (required), Operation (default "chat"), Scope
+//	INPUT_PROCESSED  NumPromptTokens, Sampling (optional)
+//	QUEUED           —
+//	PREFILLING       NumComputedTokens, NumCachedTokens
+//	PREEMPTED        —
+//	DECODING         NumNewTokens (0 means 1)
+//	DETOKENIZED      NumNewTokens (0 is a delivery without tokens), Busy
+//	FINISHED         FinishReason (required), ErrorType (optional),
+//	                 NumPromptTokens (optional, when INPUT_PROCESSED gave none)
+type Update struct {
+	RequestID string
+	Kind      Kind
+	Side      Side
+	Time      time.Time
+
+	// Scope and Model select among in-flight requests sharing an id; on
+	// ARRIVED they are the request's own.
+	Scope     string
+	Model     string
+	Operation string
+
+	NumPromptTokens   int
+	NumComputedTokens int
+	NumCachedTokens   int
+	NumNewTokens      int
+	// Busy is the time the detokenizer spent on this delivery, if known.
+	Busy         time.Duration
+	FinishReason string
+	ErrorType    string
+	Sampling     *SamplingParams
+}
+
+// Limits on update payloads. Longer strings and larger counts are rejected
+// as too long or absurd, so a hostile or broken producer cannot make the
+// tracker hold megabytes per request or export unbounded attributes.
+const (
+	MaxIDLength      = 512
+	MaxModelLength   = 256
+	MaxNameLength    = 64 // operation, scope, finish reason, error type
+	MaxTokenCount    = 1 << 30
+	maxNewTokensStep = 1 << 20
+)
+
+// minTime and maxTime bound acceptable timestamps: 1970 to year 2500.
+var (
+	minTime = time.Unix(1, 0)
+	maxTime = time.Unix(16725225600, 0)
+)

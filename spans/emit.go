@@ -1,0 +1,58 @@
+package spans
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Emit starts and ends every span of t through tracer with t's explicit
+// timestamps, and returns the root's span context. When the root is not
+// recording (the sampler dropped it) the children are skipped: they would
+// be dropped as well, and skipping them is most of the saving of sampling.
+func (t *Tree) Emit(ctx context.Context, tracer trace.Tracer) trace.SpanContext {
+	if len(t.Spans) == 0 {
+		return trace.SpanContext{}
+	}
+	if t.Parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, t.Parent)
+	} else {
+		// The root must not inherit a span that happens to be in ctx.
+		ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+	}
+	if t.TraceID.IsValid() && t.SpanID.IsValid() {
+		ctx = withPresetIDs(ctx, t.TraceID, t.SpanID)
+	}
+	r := &t.Spans[0]
+	_, root := tracer.Start(ctx, r.Name,
+		trace.WithSpanKind(r.Kind),
+		trace.WithTimestamp(r.Start),
+		trace.WithAttributes(r.Attrs...),
+	)
+	sc := root.SpanContext()
+	if root.IsRecording() {
+		// Children get a context without the preset ids so they draw fresh
+		// span ids.
+		cctx := trace.ContextWithSpan(context.Background(), root)
+		for i := 1; i < len(t.Spans); i++ {
+			c := &t.Spans[i]
+			_, s := tracer.Start(cctx, c.Name,
+				trace.WithSpanKind(c.Kind),
+				trace.WithTimestamp(c.Start),
+				trace.WithAttributes(c.Attrs...),
+			)
+			for _, ev := range c.Events {
+				s.AddEvent(ev.Name, trace.WithTimestamp(ev.Time), trace.WithAttributes(ev.Attrs...))
+			}
+			if c.Status != 0 {
+				s.SetStatus(c.Status, c.StatusDesc)
+			}
+			s.End(trace.WithTimestamp(c.End))
+		}
+		if r.Status != 0 {
+			root.SetStatus(r.Status, r.StatusDesc)
+		}
+	}
+	root.End(trace.WithTimestamp(r.End))
+	return sc
+}
