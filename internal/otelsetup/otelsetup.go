@@ -1,0 +1,157 @@
+// Package otelsetup builds the TracerProvider and MeterProvider of llmtrace's
+// commands and examples from the standard OTEL_* environment variables, so
+// every binary is configured the same way:
+//
+//   - OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT /
+//     OTEL_EXPORTER_OTLP_METRICS_ENDPOINT) turns OTLP export on; without
+//     one nothing is exported.
+//   - OTEL_EXPORTER_OTLP_PROTOCOL (or the _TRACES_/_METRICS_ variants):
+//     "grpc" (the default here, matching port 4317) or "http/protobuf".
+//   - OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _INSECURE and the rest are read by
+//     the exporters themselves; OTEL_TRACES_SAMPLER(_ARG) by the SDK;
+//     OTEL_BSP_* by the batch span processor; OTEL_METRIC_EXPORT_INTERVAL by
+//     the periodic reader; OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES by
+//     the resource.
+//   - OTEL_TRACES_EXPORTER=none or OTEL_METRICS_EXPORTER=none turn one off.
+package otelsetup
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	promexp "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+
+	"github.com/llmtrace/llmtrace/spans"
+)
+
+// Config adds to what the environment says.
+type Config struct {
+	// ServiceName is used when OTEL_SERVICE_NAME is not set.
+	ServiceName string
+	// SpanProcessors are added to the TracerProvider (e.g. an in-memory
+	// capture for a terminal waterfall).
+	SpanProcessors []sdktrace.SpanProcessor
+	// Readers are added to the MeterProvider.
+	Readers []sdkmetric.Reader
+	// Prometheus adds a Prometheus exporter; Providers.MetricsHandler serves
+	// it.
+	Prometheus bool
+	// Getenv reads the environment; os.Getenv when nil.
+	Getenv func(string) string
+}
+
+// Providers are the configured providers. Shutdown flushes and stops them.
+type Providers struct {
+	TracerProvider *sdktrace.TracerProvider
+	MeterProvider  *sdkmetric.MeterProvider
+	// MetricsHandler serves /metrics when Config.Prometheus was set.
+	MetricsHandler http.Handler
+	// TracesExported and MetricsExported say whether OTLP export is on.
+	TracesExported, MetricsExported bool
+}
+
+// Shutdown flushes and shuts both providers down within ctx.
+func (p *Providers) Shutdown(ctx context.Context) error {
+	return errors.Join(p.TracerProvider.Shutdown(ctx), p.MeterProvider.Shutdown(ctx))
+}
+
+// Setup builds the providers from the environment and c.
+func Setup(ctx context.Context, c Config) (*Providers, error) {
+	env := c.Getenv
+	if env == nil {
+		env = os.Getenv
+	}
+	name := c.ServiceName
+	if name == "" {
+		name = "llmtrace"
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName(name)),
+		resource.WithFromEnv(),
+		resource.WithTelemetrySDK(),
+	)
+	if err != nil {
+		return nil, err
+	}
+	p := &Providers{}
+
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithIDGenerator(spans.IDGenerator())}
+	if on(env, "TRACES") {
+		var exp sdktrace.SpanExporter
+		if protocol(env, "TRACES") == "grpc" {
+			exp, err = otlptracegrpc.New(ctx)
+		} else {
+			exp, err = otlptracehttp.New(ctx)
+		}
+		if err != nil {
+			return nil, err
+		}
+		topts = append(topts, sdktrace.WithBatcher(exp))
+		p.TracesExported = true
+	}
+	for _, sp := range c.SpanProcessors {
+		topts = append(topts, sdktrace.WithSpanProcessor(sp))
+	}
+	p.TracerProvider = sdktrace.NewTracerProvider(topts...)
+
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+	if on(env, "METRICS") {
+		var exp sdkmetric.Exporter
+		if protocol(env, "METRICS") == "grpc" {
+			exp, err = otlpmetricgrpc.New(ctx)
+		} else {
+			exp, err = otlpmetrichttp.New(ctx)
+		}
+		if err != nil {
+			return nil, err
+		}
+		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+		p.MetricsExported = true
+	}
+	if c.Prometheus {
+		reg := prometheus.NewRegistry()
+		exp, err := promexp.New(promexp.WithRegisterer(reg))
+		if err != nil {
+			return nil, err
+		}
+		mopts = append(mopts, sdkmetric.WithReader(exp))
+		p.MetricsHandler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
+	}
+	for _, r := range c.Readers {
+		mopts = append(mopts, sdkmetric.WithReader(r))
+	}
+	p.MeterProvider = sdkmetric.NewMeterProvider(mopts...)
+	return p, nil
+}
+
+// on reports whether OTLP export of signal (TRACES or METRICS) is configured.
+func on(env func(string) string, signal string) bool {
+	if strings.EqualFold(env("OTEL_"+signal+"_EXPORTER"), "none") {
+		return false
+	}
+	return env("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || env("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT") != ""
+}
+
+func protocol(env func(string) string, signal string) string {
+	p := env("OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL")
+	if p == "" {
+		p = env("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if strings.HasPrefix(p, "http") {
+		return "http"
+	}
+	return "grpc"
+}
