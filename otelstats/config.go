@@ -38,6 +38,7 @@ type config struct {
 
 	tokenLatencies bool
 	onFinish       []func(*RequestStats)
+	onReject       func(*RejectError)
 	autoSweep      time.Duration
 }
 
@@ -148,6 +149,14 @@ func WithTokenLatencies(on bool) Option {
 // that finished it. f must not retain the pointer.
 func WithOnFinish(f func(*RequestStats)) Option {
 	return optionFunc(func(c *config) { c.onFinish = append(c.onFinish, f) })
+}
+
+// WithOnReject calls f for each rejection that could not be returned to a
+// caller: an update held for its ARRIVED that expired, or that broke a rule
+// when its ARRIVED came. Rejections returned by Record, Step and the Request
+// methods are not passed to f.
+func WithOnReject(f func(*RejectError)) Option {
+	return optionFunc(func(c *config) { c.onReject = f })
 }
 
 // WithAutoSweep starts a goroutine that calls Sweep(time.Now()) every

@@ -52,6 +52,15 @@ type RejectError struct {
 
 func (e *RejectError) Error() string {
 	var b strings.Builder
+	if e.RequestID == "" && e.Kind == 0 {
+		b.WriteString("llmtrace: update rejected: ")
+		b.WriteString(strings.ReplaceAll(string(e.Reason), "_", " "))
+		if e.Detail != "" {
+			b.WriteString(": ")
+			b.WriteString(e.Detail)
+		}
+		return b.String()
+	}
 	b.WriteString("llmtrace: request ")
 	id := e.RequestID
 	if len(id) > 64 {

@@ -96,8 +96,8 @@ func (s *RequestStats) AppendJSON(dst []byte) []byte {
 	if s.ErrorType != "" {
 		dst = appendStr(dst, "error_type", s.ErrorType, false)
 	}
-	dst = appendFloat(dst, "arrival_time", unixSeconds(s.ArrivalTime))
-	dst = appendFloat(dst, "finished_time", unixSeconds(s.FinishedTime))
+	dst = appendTime(dst, "arrival_time", s.ArrivalTime)
+	dst = appendTime(dst, "finished_time", s.FinishedTime)
 	dst = appendLatency(dst, "e2e_latency_s", s.E2ELatency)
 	dst = appendLatency(dst, "queue_duration_s", s.QueueDuration)
 	dst = appendLatency(dst, "first_token_latency_s", s.FirstTokenLatency)
@@ -135,11 +135,29 @@ func (s *RequestStats) AppendJSON(dst []byte) []byte {
 	return append(dst, '}')
 }
 
-func unixSeconds(t time.Time) float64 {
+// appendTime writes t as Unix seconds with nanosecond digits, exactly.
+func appendTime(dst []byte, k string, t time.Time) []byte {
 	if t.IsZero() {
-		return 0
+		return dst
 	}
-	return float64(t.UnixNano()) / 1e9
+	dst = appendKey(dst, k, false)
+	ns := t.UnixNano()
+	dst = strconv.AppendInt(dst, ns/1e9, 10)
+	frac := ns % 1e9
+	if frac == 0 {
+		return dst
+	}
+	var b [10]byte
+	b[0] = '.'
+	for i := 9; i >= 1; i-- {
+		b[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	n := 10
+	for b[n-1] == '0' {
+		n--
+	}
+	return append(dst, b[:n]...)
 }
 
 func appendKey(dst []byte, k string, first bool) []byte {

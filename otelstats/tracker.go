@@ -192,6 +192,13 @@ func (t *Tracker) record(u *Update, ns int64) error {
 	return nil
 }
 
+func (t *Tracker) deferredReject(e *RejectError) {
+	t.inst.countReject(e.Reason)
+	if t.cfg.onReject != nil {
+		t.cfg.onReject(e)
+	}
+}
+
 func (t *Tracker) rejected(e *RejectError) error {
 	t.inst.countReject(e.Reason)
 	return e
@@ -269,7 +276,7 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 		t.finalize(evicted, FinishEvicted)
 	}
 	for _, e := range errs {
-		t.inst.countReject(e.(*RejectError).Reason)
+		t.deferredReject(e.(*RejectError))
 	}
 	if complete {
 		t.finalize(r, "")
@@ -421,7 +428,7 @@ func (t *Tracker) sweep(now int64, all bool) {
 		t.finalize(e.r, e.reason)
 	}
 	for _, e := range rejects {
-		t.inst.countReject(e.Reason)
+		t.deferredReject(e)
 	}
 }
 

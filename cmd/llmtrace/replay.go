@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/llmtrace/llmtrace/internal/otelsetup"
+	"github.com/llmtrace/llmtrace/internal/summary"
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+func init() {
+	commands["replay"] = command{
+		summary: "replay an update log (FILE or -) into RequestStats JSON, a summary, and OTLP when OTEL_* is set",
+		run:     replay,
+	}
+}
+
+// maxLine bounds one update-log line; longer lines are rejected.
+const maxLine = 1 << 20
+
+func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	grace := fs.Duration("grace", otelstats.DefaultFrontendGrace, "how long a request one side finished waits for the other side's FINISHED (log time)")
+	hold := fs.Duration("hold", otelstats.DefaultHoldWindow, "how long an update may precede its request's ARRIVED (log time)")
+	quiet := fs.Bool("q", false, "no summary table on stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: llmtrace replay [flags] FILE|-\n\nReads the update log (one JSON update per line) and writes one RequestStats\nJSON object per finished request to stdout, a summary to stderr.\nExit status: 0 ok, 2 some lines were rejected, 1 the input could not be read.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 1
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 1
+	}
+	in := stdin
+	if name := fs.Arg(0); name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintf(stderr, "llmtrace replay: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		in = f
+	}
+
+	ctx := context.Background()
+	prov, err := otelsetup.Setup(ctx, otelsetup.Config{ServiceName: "llmtrace-replay"})
+	if err != nil {
+		fmt.Fprintf(stderr, "llmtrace replay: telemetry setup: %v\n", err)
+		return 1
+	}
+	out := bufio.NewWriter(stdout)
+	var sum summary.Collector
+	rejected := 0
+	var buf []byte
+	tr, err := otelstats.NewTracker(
+		otelstats.WithTracerProvider(prov.TracerProvider),
+		otelstats.WithMeterProvider(prov.MeterProvider),
+		otelstats.WithTokenLatencies(true),
+		otelstats.WithFrontendGrace(*grace),
+		otelstats.WithHoldWindow(*hold),
+		otelstats.WithRequestTTL(0), // a log's gaps are not abandonment
+		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
+			if s.FinishReason == otelstats.FinishUnfinished {
+				return // no FINISHED in the log: not a finished request
+			}
+			sum.Add(s)
+			buf = s.AppendJSON(buf[:0])
+			buf = append(buf, '\n')
+			_, _ = out.Write(buf)
+		}),
+		otelstats.WithOnReject(func(e *otelstats.RejectError) {
+			rejected++
+			fmt.Fprintf(stderr, "%v\n", e)
+		}),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "llmtrace replay: %v\n", err)
+		return 1
+	}
+
+	r := bufio.NewReaderSize(in, 64<<10)
+	lineNo := 0
+	readErr := error(nil)
+	for {
+		line, tooLong, err := readLine(r, maxLine)
+		if err != nil && len(line) == 0 && !tooLong {
+			if err != io.EOF {
+				readErr = err
+			}
+			break
+		}
+		lineNo++
+		switch {
+		case tooLong:
+			rejected++
+			fmt.Fprintf(stderr, "line %d: rejected: line longer than %d bytes\n", lineNo, maxLine)
+		case len(trimSpace(line)) == 0:
+		default:
+			if rerr := tr.RecordJSON(line); rerr != nil {
+				rejected++
+				fmt.Fprintf(stderr, "line %d: %v\n", lineNo, rerr)
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				readErr = err
+			}
+			break
+		}
+	}
+	// The log's end ends every wait for a side's FINISHED.
+	tr.Flush()
+	unfinished := tr.InFlight()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = tr.Shutdown(sctx)
+	if err := out.Flush(); err != nil {
+		fmt.Fprintf(stderr, "llmtrace replay: %v\n", err)
+		return 1
+	}
+	if err := prov.Shutdown(sctx); err != nil {
+		fmt.Fprintf(stderr, "llmtrace replay: export: %v\n", err)
+	}
+	if !*quiet {
+		sum.WriteTable(stderr)
+		if unfinished > 0 {
+			fmt.Fprintf(stderr, "%d request(s) had no FINISHED by the end of the log (exported as %q, not printed)\n", unfinished, otelstats.FinishUnfinished)
+		}
+		if rejected > 0 {
+			fmt.Fprintf(stderr, "%d update(s) rejected\n", rejected)
+		}
+	}
+	if readErr != nil {
+		fmt.Fprintf(stderr, "llmtrace replay: reading input: %v\n", readErr)
+		return 1
+	}
+	if rejected > 0 {
+		return 2
+	}
+	return 0
+}
+
+// readLine reads one line without its newline. A line longer than limit is
+// consumed and reported as tooLong.
+func readLine(r *bufio.Reader, limit int) (line []byte, tooLong bool, err error) {
+	var acc []byte
+	for {
+		frag, isPrefix, e := r.ReadLine()
+		if len(acc)+len(frag) > limit {
+			tooLong = true
+		} else {
+			acc = append(acc, frag...)
+		}
+		if e != nil {
+			if tooLong {
+				return nil, true, e
+			}
+			return acc, false, e
+		}
+		if !isPrefix {
+			if tooLong {
+				return nil, true, nil
+			}
+			return acc, false, nil
+		}
+	}
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\r') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
