@@ -9,7 +9,8 @@
 //     "grpc" (the default here, matching port 4317) or "http/protobuf".
 //   - OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _INSECURE and the rest are read by
 //     the exporters themselves; OTEL_TRACES_SAMPLER(_ARG) by the SDK;
-//     OTEL_BSP_* by the batch span processor; OTEL_METRIC_EXPORT_INTERVAL by
+//     OTEL_BSP_* by otelstats.BatchProcessor, which counts every span it
+//     cannot deliver in llm.spans.dropped; OTEL_METRIC_EXPORT_INTERVAL by
 //     the periodic reader; OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES by
 //     the resource.
 //   - OTEL_TRACES_EXPORTER=none or OTEL_METRICS_EXPORTER=none turn one off.
@@ -34,6 +35,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 
+	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/spans"
 )
 
@@ -88,25 +90,6 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 	}
 	p := &Providers{}
 
-	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithIDGenerator(spans.IDGenerator())}
-	if on(env, "TRACES") {
-		var exp sdktrace.SpanExporter
-		if protocol(env, "TRACES") == "grpc" {
-			exp, err = otlptracegrpc.New(ctx)
-		} else {
-			exp, err = otlptracehttp.New(ctx)
-		}
-		if err != nil {
-			return nil, err
-		}
-		topts = append(topts, sdktrace.WithBatcher(exp))
-		p.TracesExported = true
-	}
-	for _, sp := range c.SpanProcessors {
-		topts = append(topts, sdktrace.WithSpanProcessor(sp))
-	}
-	p.TracerProvider = sdktrace.NewTracerProvider(topts...)
-
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
 	if on(env, "METRICS") {
 		var exp sdkmetric.Exporter
@@ -134,6 +117,25 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 		mopts = append(mopts, sdkmetric.WithReader(r))
 	}
 	p.MeterProvider = sdkmetric.NewMeterProvider(mopts...)
+	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithIDGenerator(spans.IDGenerator())}
+	if on(env, "TRACES") {
+		var exp sdktrace.SpanExporter
+		if protocol(env, "TRACES") == "grpc" {
+			exp, err = otlptracegrpc.New(ctx)
+		} else {
+			exp, err = otlptracehttp.New(ctx)
+		}
+		if err != nil {
+			return nil, err
+		}
+		topts = append(topts, sdktrace.WithSpanProcessor(otelstats.NewBatchProcessor(exp, otelstats.WithBatchMeterProvider(p.MeterProvider))))
+		p.TracesExported = true
+	}
+	for _, sp := range c.SpanProcessors {
+		topts = append(topts, sdktrace.WithSpanProcessor(sp))
+	}
+	p.TracerProvider = sdktrace.NewTracerProvider(topts...)
+
 	return p, nil
 }
 
