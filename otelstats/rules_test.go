@@ -1,0 +1,356 @@
+package otelstats
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ruleScenario is a well-formed two-sided request "r" (model "m"), used as
+// the backdrop of every rejection case: the bad update is injected after
+// update number `after` and must leave the request exactly as it was.
+//
+// With feFirst the frontend's FINISHED reaches the tracker before the
+// engine's, so that "after FINISHED" can be tested per side while the
+// request is still in flight.
+func ruleScenario(feFirst bool) []Update {
+	us := []Update{
+		0:  {RequestID: "r", Kind: KindArrived, Time: at(0), Model: "m", Operation: "chat"},
+		1:  {RequestID: "r", Kind: KindInputProcessed, Time: at(1), NumPromptTokens: 10},
+		2:  {RequestID: "r", Kind: KindQueued, Time: at(2)},
+		3:  {RequestID: "r", Kind: KindPrefilling, Time: at(5), NumComputedTokens: 6, NumCachedTokens: 4},
+		4:  {RequestID: "r", Kind: KindPrefilling, Time: at(8), NumComputedTokens: 10, NumCachedTokens: 4},
+		5:  {RequestID: "r", Kind: KindDecoding, Time: at(20)},
+		6:  {RequestID: "r", Kind: KindDetokenized, Time: at(21), NumNewTokens: 1},
+		7:  {RequestID: "r", Kind: KindDecoding, Time: at(30)},
+		8:  {RequestID: "r", Kind: KindDetokenized, Time: at(31), NumNewTokens: 1},
+		9:  {RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(32), FinishReason: "stop"},
+		10: {RequestID: "r", Kind: KindFinished, Side: SideFrontend, Time: at(33), FinishReason: "stop"},
+	}
+	if feFirst {
+		us[9], us[10] = us[10], us[9]
+	}
+	return us
+}
+
+// runRuleScenario feeds the scenario with bad injected after index after
+// (after < 0: no injection) and returns the error of the injected update.
+func runRuleScenario(h *harness, feFirst bool, after int, bad *Update) error {
+	h.t.Helper()
+	var err error
+	us := ruleScenario(feFirst)
+	if bad != nil && after < 0 {
+		err = h.tr.Record(*bad)
+	}
+	for i, u := range us {
+		h.must(u)
+		if bad != nil && i == after {
+			err = h.tr.Record(*bad)
+		}
+	}
+	return err
+}
+
+func TestRuleScenarioBaseline(t *testing.T) {
+	// The backdrop itself, hand-computed, so the "state unchanged"
+	// comparisons below compare against known numbers.
+	for _, feFirst := range []bool{false, true} {
+		h := newHarness(t)
+		if err := runRuleScenario(h, feFirst, -1, nil); err != nil {
+			t.Fatal(err)
+		}
+		checkStats(t, h.statsOf("r"), wantStats{
+			reason: "stop", arrived: 0, finished: 33,
+			e2e:       33,            // 33 - 0 (the frontend's FINISHED)
+			queue:     3,             // first PREFILLING 5 - QUEUED 2
+			ttft:      21,            // first DETOKENIZED 21 - 0
+			prefill:   16,            // 21 - 5
+			decode:    12,            // 33 - 21
+			inference: 28,            // 33 - 5
+			tpot:      12,            // 12 / (2-1)
+			itl:       []float64{10}, // 31 - 21
+			prompt:    10, cached: 4, out: 2,
+		})
+		h.wantCounter("llm.rejected_updates", 0)
+	}
+}
+
+func TestRejections(t *testing.T) {
+	long := strings.Repeat("x", MaxIDLength+1)
+	type tc struct {
+		name    string
+		feFirst bool
+		after   int // inject after this update of ruleScenario
+		u       Update
+		reason  Reason
+	}
+	cases := []tc{
+		// Unknown kinds and missing ids.
+		{"kind zero", false, 4, Update{RequestID: "r", Kind: 0, Time: at(9)}, ReasonUnknownKind},
+		{"kind nine", false, 4, Update{RequestID: "r", Kind: 9, Time: at(9)}, ReasonUnknownKind},
+		{"missing request id", false, 4, Update{Kind: KindDecoding, Time: at(9)}, ReasonMissingRequestID},
+		{"id too long", false, 4, Update{RequestID: long, Kind: KindDecoding, Time: at(9)}, ReasonTooLong},
+		{"model too long", false, 4, Update{RequestID: "r2", Kind: KindArrived, Time: at(9), Model: strings.Repeat("m", MaxModelLength+1)}, ReasonTooLong},
+		{"finish reason too long", false, 8, Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(32), FinishReason: strings.Repeat("s", MaxNameLength+1)}, ReasonTooLong},
+
+		// Bad timestamps.
+		{"zero time", false, 4, Update{RequestID: "r", Kind: KindDecoding}, ReasonBadTimestamp},
+		{"time at the unix epoch", false, 4, Update{RequestID: "r", Kind: KindDecoding, Time: time.Unix(0, 0)}, ReasonBadTimestamp},
+		{"time before 1970", false, 4, Update{RequestID: "r", Kind: KindDecoding, Time: time.Date(1969, 7, 20, 0, 0, 0, 0, time.UTC)}, ReasonBadTimestamp},
+		{"time after 2500", false, 4, Update{RequestID: "r", Kind: KindDecoding, Time: time.Date(2600, 1, 1, 0, 0, 0, 0, time.UTC)}, ReasonBadTimestamp},
+
+		// Wrong side.
+		{"QUEUED from the frontend", false, 1, Update{RequestID: "r", Kind: KindQueued, Side: SideFrontend, Time: at(2)}, ReasonWrongSide},
+		{"DECODING from the frontend", false, 4, Update{RequestID: "r", Kind: KindDecoding, Side: SideFrontend, Time: at(9)}, ReasonWrongSide},
+		{"DETOKENIZED from the engine", false, 6, Update{RequestID: "r", Kind: KindDetokenized, Side: SideEngine, Time: at(22), NumNewTokens: 1}, ReasonWrongSide},
+		{"INPUT_PROCESSED from the engine", false, 0, Update{RequestID: "r", Kind: KindInputProcessed, Side: SideEngine, Time: at(1), NumPromptTokens: 10}, ReasonWrongSide},
+		{"ARRIVED from the engine", false, 4, Update{RequestID: "r2", Kind: KindArrived, Side: SideEngine, Time: at(9), Model: "m"}, ReasonWrongSide},
+		{"unknown side", false, 4, Update{RequestID: "r", Kind: KindDecoding, Side: Side(3), Time: at(9)}, ReasonWrongSide},
+
+		// Required payload.
+		{"ARRIVED without model", false, 4, Update{RequestID: "r2", Kind: KindArrived, Time: at(9)}, ReasonMissingPayload},
+		{"FINISHED without reason (frontend)", false, 8, Update{RequestID: "r", Kind: KindFinished, Time: at(32)}, ReasonMissingPayload},
+		{"FINISHED without reason (engine)", false, 8, Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(32)}, ReasonMissingPayload},
+
+		// Negative and absurd counts.
+		{"negative prompt tokens", false, 0, Update{RequestID: "r", Kind: KindInputProcessed, Time: at(1), NumPromptTokens: -1}, ReasonNegativeCount},
+		{"absurd prompt tokens", false, 0, Update{RequestID: "r", Kind: KindInputProcessed, Time: at(1), NumPromptTokens: MaxTokenCount + 1}, ReasonAbsurdCount},
+		{"negative computed", false, 2, Update{RequestID: "r", Kind: KindPrefilling, Time: at(5), NumComputedTokens: -6}, ReasonNegativeCount},
+		{"negative cached", false, 2, Update{RequestID: "r", Kind: KindPrefilling, Time: at(5), NumComputedTokens: 6, NumCachedTokens: -1}, ReasonNegativeCount},
+		{"absurd computed", false, 2, Update{RequestID: "r", Kind: KindPrefilling, Time: at(5), NumComputedTokens: MaxTokenCount + 1}, ReasonAbsurdCount},
+		{"negative new tokens (DECODING)", false, 5, Update{RequestID: "r", Kind: KindDecoding, Time: at(25), NumNewTokens: -2}, ReasonNegativeCount},
+		{"absurd new tokens (DECODING)", false, 5, Update{RequestID: "r", Kind: KindDecoding, Time: at(25), NumNewTokens: 1<<20 + 1}, ReasonAbsurdCount},
+		{"negative new tokens (DETOKENIZED)", false, 6, Update{RequestID: "r", Kind: KindDetokenized, Time: at(25), NumNewTokens: -1}, ReasonNegativeCount},
+		{"absurd new tokens (DETOKENIZED)", false, 6, Update{RequestID: "r", Kind: KindDetokenized, Time: at(25), NumNewTokens: 1 << 21}, ReasonAbsurdCount},
+		{"negative busy time", false, 6, Update{RequestID: "r", Kind: KindDetokenized, Time: at(25), NumNewTokens: 1, Busy: -time.Millisecond}, ReasonNegativeCount},
+		{"negative prompt tokens on FINISHED", false, 8, Update{RequestID: "r", Kind: KindFinished, Time: at(32), FinishReason: "stop", NumPromptTokens: -3}, ReasonNegativeCount},
+
+		// cached ≤ computed ≤ prompt + generated.
+		{"cached > computed", false, 2, Update{RequestID: "r", Kind: KindPrefilling, Time: at(5), NumComputedTokens: 5, NumCachedTokens: 6}, ReasonCachedExceedsComputed},
+		{"cached > computed on a chunk", false, 3, Update{RequestID: "r", Kind: KindPrefilling, Time: at(8), NumComputedTokens: 10, NumCachedTokens: 11}, ReasonCachedExceedsComputed},
+		// prompt 10 + generated 0 = 10 < 11.
+		{"computed > prompt + generated", false, 2, Update{RequestID: "r", Kind: KindPrefilling, Time: at(5), NumComputedTokens: 11}, ReasonComputedExceedsTokens},
+		{"computed > prompt + generated on a chunk", false, 3, Update{RequestID: "r", Kind: KindPrefilling, Time: at(8), NumComputedTokens: 11, NumCachedTokens: 4}, ReasonComputedExceedsTokens},
+
+		// Disallowed transitions, engine side.
+		{"DECODING after QUEUED", false, 2, Update{RequestID: "r", Kind: KindDecoding, Time: at(3)}, ReasonBadTransition},
+		{"DECODING before QUEUED", false, 1, Update{RequestID: "r", Kind: KindDecoding, Time: at(2)}, ReasonBadTransition},
+		{"PREFILLING before QUEUED", false, 1, Update{RequestID: "r", Kind: KindPrefilling, Time: at(2), NumComputedTokens: 6}, ReasonBadTransition},
+		{"PREEMPTED before QUEUED", false, 1, Update{RequestID: "r", Kind: KindPreempted, Time: at(2)}, ReasonBadTransition},
+		{"PREEMPTED after QUEUED", false, 2, Update{RequestID: "r", Kind: KindPreempted, Time: at(3)}, ReasonBadTransition},
+		{"QUEUED twice", false, 2, Update{RequestID: "r", Kind: KindQueued, Time: at(3)}, ReasonBadTransition},
+		{"QUEUED after PREFILLING", false, 3, Update{RequestID: "r", Kind: KindQueued, Time: at(6)}, ReasonBadTransition},
+		{"PREFILLING after DECODING without PREEMPTED", false, 5, Update{RequestID: "r", Kind: KindPrefilling, Time: at(20), NumComputedTokens: 10}, ReasonBadTransition},
+		{"QUEUED after DECODING", false, 7, Update{RequestID: "r", Kind: KindQueued, Time: at(30)}, ReasonBadTransition},
+
+		// Disallowed transitions, frontend side.
+		{"INPUT_PROCESSED twice", false, 1, Update{RequestID: "r", Kind: KindInputProcessed, Time: at(2), NumPromptTokens: 10}, ReasonBadTransition},
+		{"INPUT_PROCESSED after DETOKENIZED", false, 6, Update{RequestID: "r", Kind: KindInputProcessed, Time: at(22), NumPromptTokens: 10}, ReasonBadTransition},
+
+		// Time never runs backwards within one side.
+		{"frontend time backwards", false, 8, Update{RequestID: "r", Kind: KindDetokenized, Time: at(30), NumNewTokens: 1}, ReasonTimeBackwards},
+		{"frontend FINISHED backwards", false, 8, Update{RequestID: "r", Kind: KindFinished, Time: at(30.5), FinishReason: "stop"}, ReasonTimeBackwards},
+		{"engine time backwards", false, 7, Update{RequestID: "r", Kind: KindDecoding, Time: at(29)}, ReasonTimeBackwards},
+		{"engine chunk backwards", false, 3, Update{RequestID: "r", Kind: KindPrefilling, Time: at(4), NumComputedTokens: 10, NumCachedTokens: 4}, ReasonTimeBackwards},
+		{"engine FINISHED backwards", false, 7, Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(25), FinishReason: "stop"}, ReasonTimeBackwards},
+		{"INPUT_PROCESSED before ARRIVED", false, 0, Update{RequestID: "r", Kind: KindInputProcessed, Time: at(-1), NumPromptTokens: 10}, ReasonTimeBackwards},
+
+		// Duplicate arrival, after FINISHED.
+		{"duplicate ARRIVED", false, 0, Update{RequestID: "r", Kind: KindArrived, Time: at(0.5), Model: "m"}, ReasonDuplicateArrival},
+		{"duplicate ARRIVED mid-decode", false, 6, Update{RequestID: "r", Kind: KindArrived, Time: at(22), Model: "m"}, ReasonDuplicateArrival},
+		{"engine update after the engine's FINISHED", false, 9, Update{RequestID: "r", Kind: KindDecoding, Time: at(32.5)}, ReasonAfterFinished},
+		{"engine FINISHED twice", false, 9, Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(32.5), FinishReason: "stop"}, ReasonAfterFinished},
+		{"frontend update after the frontend's FINISHED", true, 9, Update{RequestID: "r", Kind: KindDetokenized, Time: at(34), NumNewTokens: 1}, ReasonAfterFinished},
+		{"frontend FINISHED twice", true, 9, Update{RequestID: "r", Kind: KindFinished, Time: at(34), FinishReason: "abort"}, ReasonAfterFinished},
+		{"engine update after the request finished", false, 10, Update{RequestID: "r", Kind: KindDecoding, Time: at(40)}, ReasonAfterFinished},
+		{"frontend update after the request finished", false, 10, Update{RequestID: "r", Kind: KindDetokenized, Time: at(40), NumNewTokens: 1}, ReasonAfterFinished},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// Baseline: the same scenario without the bad update.
+			hb := newHarness(t)
+			if err := runRuleScenario(hb, c.feFirst, -1, nil); err != nil {
+				t.Fatal(err)
+			}
+			want := hb.statsOf("r")
+
+			h := newHarness(t)
+			err := runRuleScenario(h, c.feFirst, c.after, &c.u)
+			checkRejection(t, err, c.u, c.reason)
+			// Exactly one rejection, of this reason.
+			if n := h.rejects(c.reason); n != 1 {
+				t.Errorf("llm.rejected_updates{reason=%s} = %d, want 1", c.reason, n)
+			}
+			if n := h.rejects(""); n != 1 {
+				t.Errorf("llm.rejected_updates total = %d, want 1", n)
+			}
+			// The request's state is unchanged: it finishes with the same
+			// stats, and nothing else finished or stayed in flight.
+			sameStats(t, h.statsOf("r"), want)
+			if len(h.stats) != 1 {
+				t.Errorf("%d requests finished, want 1", len(h.stats))
+			}
+			if n := h.tr.InFlight(); n != 0 {
+				t.Errorf("InFlight = %d, want 0", n)
+			}
+			h.wantCounter("llm.server.requests", 1)
+		})
+	}
+}
+
+// checkRejection checks the typed error of a rejected update u.
+func checkRejection(t *testing.T, err error, u Update, reason Reason) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%v accepted, want rejected as %s", u.Kind, reason)
+	}
+	if !errors.Is(err, ErrRejected) {
+		t.Errorf("errors.Is(err, ErrRejected) = false for %v", err)
+	}
+	if !errors.Is(err, reason) {
+		t.Errorf("errors.Is(err, %s) = false for %v", reason, err)
+	}
+	var re *RejectError
+	if !errors.As(err, &re) {
+		t.Fatalf("error %T is not a *RejectError", err)
+	}
+	wantID := u.RequestID
+	if len(wantID) > MaxIDLength {
+		wantID = wantID[:MaxIDLength]
+	}
+	if re.RequestID != wantID || re.Kind != u.Kind || re.Reason != reason {
+		t.Errorf("RejectError{%q, %v, %s}, want {%q, %v, %s}", re.RequestID, re.Kind, re.Reason, wantID, u.Kind, reason)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, u.Kind.String()) || !strings.Contains(msg, strings.ReplaceAll(string(reason), "_", " ")) {
+		t.Errorf("message %q does not name the kind %v and the rule %s", msg, u.Kind, reason)
+	}
+	if u.RequestID != "" && len(u.RequestID) <= 64 && !strings.Contains(msg, `"`+u.RequestID+`"`) {
+		t.Errorf("message %q does not name the request %q", msg, u.RequestID)
+	}
+}
+
+// TestTimeAcrossSidesNotRejected: time runs forward within each side, but
+// the two sides' clocks are not compared (SPEC §1, §5).
+func TestTimeAcrossSidesNotRejected(t *testing.T) {
+	h := newHarness(t)
+	h.feed([]Update{
+		{RequestID: "r", Kind: KindArrived, Time: at(10), Model: "m"},
+		{RequestID: "r", Kind: KindInputProcessed, Time: at(20), NumPromptTokens: 4},
+		// The engine's clock runs 15 ms behind: its QUEUED is "before"
+		// the frontend's INPUT_PROCESSED and even before ARRIVED.
+		{RequestID: "r", Kind: KindQueued, Time: at(5)},
+		{RequestID: "r", Kind: KindPrefilling, Time: at(7), NumComputedTokens: 4},
+		{RequestID: "r", Kind: KindDetokenized, Time: at(40), NumNewTokens: 1},
+		{RequestID: "r", Kind: KindDecoding, Time: at(25)},
+		{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(26), FinishReason: "stop"},
+		{RequestID: "r", Kind: KindFinished, Time: at(41), FinishReason: "stop"},
+	})
+	if n := h.rejects(""); n != 0 {
+		t.Fatalf("%d rejections across sides, want 0", n)
+	}
+	s := h.statsOf("r")
+	// queue is an engine-only interval: 7 - 5 = 2 (SPEC §5: intervals
+	// within one process come from its clock). TTFT = 40 - 10 = 30.
+	wantLatency(t, "queue", s.QueueDuration, 2)
+	wantLatency(t, "ttft", s.FirstTokenLatency, 30)
+	wantLatency(t, "e2e", s.E2ELatency, 31)
+	root, kids := h.treeOf(s)
+	checkInside(t, root, kids)
+}
+
+// TestUnknownRequestHeldThenRejected: an engine update before its ARRIVED is
+// held for the hold window, then rejected as unknown_request (SPEC §1).
+func TestUnknownRequestHeldThenRejected(t *testing.T) {
+	t.Run("sweep", func(t *testing.T) {
+		h := newHarness(t, WithHoldWindow(100*time.Millisecond))
+		if err := h.tr.Record(Update{RequestID: "ghost", Kind: KindQueued, Time: at(0)}); err != nil {
+			t.Fatalf("held update returned %v, want nil", err)
+		}
+		h.tr.Sweep(at(99)) // 99 ms < 100 ms hold window
+		if n := h.rejects(ReasonUnknownRequest); n != 0 {
+			t.Fatalf("rejected after 99ms: %d", n)
+		}
+		h.tr.Sweep(at(100)) // 100 - 0 >= 100
+		if n := h.rejects(ReasonUnknownRequest); n != 1 {
+			t.Fatalf("unknown_request = %d, want 1", n)
+		}
+		// Its ARRIVED now starts a fresh request with nothing held.
+		h.must(Update{RequestID: "ghost", Kind: KindArrived, Time: at(101), Model: "m"})
+		h.must(Update{RequestID: "ghost", Kind: KindFinished, Time: at(111), FinishReason: "abort"})
+		s := h.statsOf("ghost")
+		wantLatency(t, "queue", s.QueueDuration, absent)
+		wantLatency(t, "e2e", s.E2ELatency, 10)
+		if n := h.rejects(""); n != 1 {
+			t.Errorf("total rejections = %d, want 1", n)
+		}
+	})
+	t.Run("flush", func(t *testing.T) {
+		h := newHarness(t) // default 2 s hold window
+		h.must(Update{RequestID: "ghost", Kind: KindQueued, Time: at(0)})
+		h.must(Update{RequestID: "ghost", Kind: KindPrefilling, Time: at(1), NumComputedTokens: 3})
+		h.tr.Flush() // a replayed log's end: held updates are rejected now
+		if n := h.rejects(ReasonUnknownRequest); n != 2 {
+			t.Fatalf("unknown_request = %d, want 2", n)
+		}
+	})
+	t.Run("automatic sweep as time advances", func(t *testing.T) {
+		h := newHarness(t, WithHoldWindow(100*time.Millisecond))
+		h.must(Update{RequestID: "ghost", Kind: KindQueued, Time: at(0)})
+		// Another request's updates move the tracker's time on; it sweeps
+		// by itself every min(grace, hold)/2 = 50 ms of recorded time.
+		h.must(Update{RequestID: "other", Kind: KindArrived, Time: at(500), Model: "m"})
+		if n := h.rejects(ReasonUnknownRequest); n != 1 {
+			t.Fatalf("unknown_request = %d, want 1", n)
+		}
+	})
+	t.Run("overloaded", func(t *testing.T) {
+		h := newHarness(t, WithMaxHeld(1))
+		h.must(Update{RequestID: "g1", Kind: KindQueued, Time: at(0)})
+		u := Update{RequestID: "g2", Kind: KindQueued, Time: at(1)}
+		checkRejection(t, h.tr.Record(u), u, ReasonOverloaded)
+		if n := h.rejects(ReasonOverloaded); n != 1 {
+			t.Errorf("overloaded = %d, want 1", n)
+		}
+	})
+}
+
+// TestAmbiguousRequest: two in-flight requests share id "x" under different
+// models; updates must name the model.
+func TestAmbiguousRequest(t *testing.T) {
+	h := newHarness(t)
+	h.must(Update{RequestID: "x", Kind: KindArrived, Time: at(0), Model: "llama"})
+	h.must(Update{RequestID: "x", Kind: KindArrived, Time: at(1), Model: "qwen"})
+	u := Update{RequestID: "x", Kind: KindQueued, Time: at(2)}
+	checkRejection(t, h.tr.Record(u), u, ReasonAmbiguousRequest)
+	if n := h.rejects(ReasonAmbiguousRequest); n != 1 {
+		t.Errorf("ambiguous_request = %d, want 1", n)
+	}
+	// A duplicate ARRIVED is one with the same id and model.
+	dup := Update{RequestID: "x", Kind: KindArrived, Time: at(3), Model: "qwen"}
+	checkRejection(t, h.tr.Record(dup), dup, ReasonDuplicateArrival)
+	if n := h.tr.InFlight(); n != 2 {
+		t.Errorf("InFlight = %d, want 2", n)
+	}
+}
+
+// TestClosed: after Shutdown every update is rejected as closed.
+func TestClosed(t *testing.T) {
+	h := newHarness(t)
+	if err := h.tr.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	u := Update{RequestID: "late", Kind: KindArrived, Time: at(0), Model: "m"}
+	checkRejection(t, h.tr.Record(u), u, ReasonClosed)
+	q, err := h.tr.Arrive(t.Context(), "late2", Arrival{Time: at(0), Model: "m"})
+	if !errors.Is(err, ReasonClosed) {
+		t.Errorf("Arrive after Shutdown: %v, want closed", err)
+	}
+	if err := q.Finish(at(1), "stop"); !errors.Is(err, ErrRejected) {
+		t.Errorf("handle of a rejected arrival: %v, want a rejection", err)
+	}
+	if n := h.rejects(ReasonClosed); n != 2 {
+		t.Errorf("closed = %d, want 2", n)
+	}
+}
