@@ -66,9 +66,15 @@ const (
 	ClampedSpans    attribute.Key = "llm.spans.clamped"
 	SamplingReason  attribute.Key = "llm.sampling.reason"
 
+	// DecodeTokenOffsets are a decode segment's token delivery times in
+	// microseconds from the segment's start (detail level 3).
+	DecodeTokenOffsets attribute.Key = "llm.decode.token_offsets_us"
+
 	// Event attributes.
-	ChunkIndex  attribute.Key = "llm.prefill.chunk"
-	EventTokens attribute.Key = "llm.tokens"
+	StepIndex     attribute.Key = "llm.step.index"
+	StepBatchSize attribute.Key = "llm.step.batch_size"
+	ChunkIndex    attribute.Key = "llm.prefill.chunk"
+	EventTokens   attribute.Key = "llm.tokens"
 )
 
 // Values of QueueReason.

@@ -10,6 +10,9 @@ const (
 
 	// EventPrefillChunk marks each further chunk of a chunked prefill.
 	EventPrefillChunk = "llm.prefill.chunk"
+	// EventDecodeStep marks each engine step of a decode segment (detail
+	// level 2).
+	EventDecodeStep = "llm.decode.step"
 )
 
 // RootSpanName is the GenAI convention's span name, "{operation} {model}",

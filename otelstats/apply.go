@@ -183,6 +183,11 @@ func (t *Tracker) apply(sh *shard, r *reqState, u *Update, side Side, ns int64) 
 		r.enDeliv++
 		r.enLast = ns
 		sh.genTok.Add(int64(n))
+		if r.detail >= DetailSteps {
+			if x := r.ext(); len(x.steps) < maxDetailRecords {
+				x.steps = append(x.steps, stepRec{time: ns, index: u.step, batch: u.batch})
+			}
+		}
 	case KindPreempted:
 		r.preemptions++
 		r.curRun().end = ns
@@ -282,6 +287,11 @@ func (t *Tracker) applyDelivery(sh *shard, r *reqState, u *Update, ns int64) {
 	r.feDeliv++
 	r.feLast = ns
 	r.feTokens += int64(n)
+	if r.detail >= DetailTokens {
+		if x := r.ext(); len(x.deliveries) < maxDetailRecords {
+			x.deliveries = append(x.deliveries, ns)
+		}
+	}
 	if cr := r.runAt(ns); cr != nil {
 		if cr.feFirst == 0 {
 			cr.feFirst = ns

@@ -40,6 +40,11 @@ type config struct {
 	onFinish       []func(*RequestStats)
 	onReject       func(*RejectError)
 	autoSweep      time.Duration
+
+	sampling    *SamplingPolicy
+	samplingSet bool
+	trustParent bool
+	detail      Detail
 }
 
 func newConfig(opts []Option) config {
@@ -157,6 +162,35 @@ func WithOnFinish(f func(*RequestStats)) Option {
 // methods are not passed to f.
 func WithOnReject(f func(*RejectError)) Option {
 	return optionFunc(func(c *config) { c.onReject = f })
+}
+
+// WithSampling sets the end-of-request sampling policy; nil keeps every
+// trace. Without this option the policy comes from LLMTRACE_SAMPLING (see
+// ParseSamplingPolicy), and without that every trace is kept.
+func WithSampling(p *SamplingPolicy) Option {
+	return optionFunc(func(c *config) {
+		c.samplingSet = true
+		if p != nil {
+			cp := *p
+			c.sampling = &cp
+		} else {
+			c.sampling = nil
+		}
+	})
+}
+
+// WithTrustParentSampling lets an incoming parent's sampled flag decide
+// whether a request's trace is kept. Off by default (SPEC §6): an untrusted
+// caller's traceparent still makes the root span its child, but cannot force
+// or suppress sampling.
+func WithTrustParentSampling(on bool) Option {
+	return optionFunc(func(c *config) { c.trustParent = on })
+}
+
+// WithDetail sets the default detail level of traces (see Detail). Without
+// it the level comes from LLMTRACE_DETAIL (0–3), else DetailTree.
+func WithDetail(d Detail) Option {
+	return optionFunc(func(c *config) { c.detail = d })
 }
 
 // WithAutoSweep starts a goroutine that calls Sweep(time.Now()) every

@@ -3,6 +3,7 @@ package otelstats
 import (
 	"context"
 	"encoding/hex"
+	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -39,24 +40,42 @@ func (t *Tracker) finalize(r *reqState, override string) {
 	defer t.trees.Put(tb)
 
 	var s RequestStats
-	t.materialize(r, override, &s, tb)
-	t.recordMetrics(r, &s)
+	t.materialize(r, override, &s)
 
-	t.buildTimeline(r, &s, tb)
-	tb.tree.Reset()
-	spans.Build(&tb.tl, &tb.tree)
-	tb.tree.Emit(context.Background(), t.tracer)
-	if tb.tree.Clamped > 0 {
-		s.ClampedSpans = tb.tree.Clamped
-		t.inst.clamped.Add(context.Background(), int64(tb.tree.Clamped))
+	var parent trace.SpanContext
+	if r.extra != nil {
+		parent = r.extra.parent
 	}
+	trusted := t.cfg.trustParent && parent.IsValid()
+	keep, why := t.sampler.decide(&s, r.traceID, parent.IsSampled(), trusted)
+	s.Sampled, s.SamplingReason = keep, why
+
+	var sc trace.SpanContext
+	if keep {
+		t.buildTimeline(r, &s, tb)
+		tb.tree.Reset()
+		spans.Build(&tb.tl, &tb.tree)
+		sc = tb.tree.Emit(context.Background(), t.tracer)
+		if tb.tree.Clamped > 0 {
+			s.ClampedSpans = tb.tree.Clamped
+			t.inst.clamped.Add(context.Background(), int64(tb.tree.Clamped))
+		}
+	}
+	// Recording under the emitted root's span context lets the latency
+	// histograms carry exemplars that point at kept traces; a dropped
+	// trace's context is unsampled, so it leaves none.
+	ctx := context.Background()
+	if sc.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, sc)
+	}
+	t.recordMetrics(ctx, r, &s)
 	for _, f := range t.cfg.onFinish {
 		f(&s)
 	}
 }
 
 // materialize computes RequestStats (SPEC §2) from r.
-func (t *Tracker) materialize(r *reqState, override string, s *RequestStats, tb *treeBuf) {
+func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 	end := r.feFinish
 	if end == 0 {
 		end = r.enFinish
@@ -153,8 +172,7 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats, tb 
 	}
 }
 
-func (t *Tracker) recordMetrics(r *reqState, s *RequestStats) {
-	ctx := context.Background()
+func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStats) {
 	model := t.models.label(r.model)
 	as := t.inst.attrs(r.operation, model, s.FinishReason, s.ErrorType)
 	in := t.inst
@@ -211,9 +229,15 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 	*tl = spans.Timeline{}
 	tl.Name = attributes.RootSpanName(r.operation, r.model)
 	tl.TraceID, tl.SpanID = r.traceID, r.spanID
-	if r.extra != nil {
+	if r.extra != nil && r.extra.parent.IsValid() {
 		tl.Parent = r.extra.parent
+		if !t.cfg.trustParent {
+			// We decided to keep the trace; the caller's flag must not
+			// make a parent-based SDK sampler drop it.
+			tl.Parent = tl.Parent.WithTraceFlags(tl.Parent.TraceFlags().WithSampled(true))
+		}
 	}
+	tl.RootOnly = r.detail == DetailRoot
 	tl.Start, tl.End = s.ArrivalTime, s.FinishedTime
 	tl.EngineEnd = tm(r.enFinish)
 	tl.InputProcessed = tm(r.inputProcessed)
@@ -247,6 +271,32 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 		}
 		for _, ev := range rr.events {
 			run.ChunkEvents = append(run.ChunkEvents, spans.ChunkEvent{Time: tm(ev.time), ComputedTokens: int(ev.computed)})
+		}
+		if x := r.extra; x != nil && r.detail >= DetailSteps {
+			lo, hi := rr.start, int64(math.MaxInt64)
+			if i+1 < len(r.runs) {
+				hi = r.runs[i+1].start
+			}
+			for _, st := range x.steps {
+				if st.time >= lo && st.time < hi {
+					run.Steps = append(run.Steps, spans.StepEvent{Time: tm(st.time), Index: st.index, BatchSize: int(st.batch)})
+				}
+			}
+			if r.detail >= DetailTokens {
+				if useFE {
+					for _, d := range x.deliveries {
+						if d >= lo && d < hi || i == 0 && d < lo {
+							run.TokenTimes = append(run.TokenTimes, tm(d))
+						}
+					}
+				} else {
+					for _, st := range x.steps {
+						if st.time >= lo && st.time < hi {
+							run.TokenTimes = append(run.TokenTimes, tm(st.time))
+						}
+					}
+				}
+			}
 		}
 		runs = append(runs, run)
 	}
@@ -297,6 +347,7 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 	if r.extra != nil {
 		a = appendSampling(a, r.extra.sampling)
 	}
+	a = append(a, attributes.SamplingReason.String(s.SamplingReason))
 	if s.ErrorType != "" {
 		a = append(a, attributes.ErrorType.String(s.ErrorType))
 		tl.Status, tl.StatusDesc = codes.Error, s.ErrorType

@@ -13,6 +13,8 @@ type Arrival struct {
 	Model     string
 	Operation string // GenAI operation name; "chat" when empty
 	Scope     string
+	// Detail overrides the tracker's detail level for this request.
+	Detail Detail
 }
 
 // Request is a frontend's handle on one in-flight request. Its methods
@@ -31,7 +33,7 @@ type Request struct {
 // that return the same rejection, so callers need no nil checks on the hot
 // path.
 func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, error) {
-	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope}
+	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail}
 	if t.closed.Load() {
 		return &Request{t: t}, t.rejected(reject(&u, SideFrontend, ReasonClosed, "the tracker is shut down"))
 	}

@@ -78,7 +78,14 @@ type reqExtra struct {
 	parent     trace.SpanContext
 	feITLs     []time.Duration
 	enITLs     []time.Duration
-	droppedEvs int
+	steps      []stepRec // DetailSteps and up: engine decode steps
+	deliveries []int64   // DetailTokens: frontend token deliveries
+}
+
+type stepRec struct {
+	time  int64
+	index int64
+	batch int32
 }
 
 // reqState is one in-flight request. It is guarded by its shard's mutex
@@ -94,6 +101,7 @@ type reqState struct {
 	fe, en     sideState
 	feReported bool // the frontend sent more than ARRIVED
 	done       bool
+	detail     Detail
 
 	arrived, inputProcessed, firstQueued, firstPrefill int64
 	feFinish, enFinish                                 int64

@@ -78,6 +78,10 @@ type RequestStats struct {
 	SpanID  string
 	// ClampedSpans counts spans clamped into the root because of skew.
 	ClampedSpans int
+	// Sampled says whether the trace was kept, SamplingReason why (see
+	// SamplingPolicy).
+	Sampled        bool
+	SamplingReason string
 }
 
 // MarshalJSON writes the stats with SPEC §2's names, in a fixed order.
@@ -131,6 +135,9 @@ func (s *RequestStats) AppendJSON(dst []byte) []byte {
 	}
 	if s.ClampedSpans > 0 {
 		dst = appendInt(dst, "clamped_spans", s.ClampedSpans)
+	}
+	if s.SamplingReason != "" && s.SamplingReason != SampledAll {
+		dst = appendStr(dst, "sampling_reason", s.SamplingReason, false)
 	}
 	return append(dst, '}')
 }

@@ -89,6 +89,7 @@ func (t *Tracker) Step(s *Step) error {
 	}
 	u.NumComputedTokens, u.NumCachedTokens = 0, 0
 	u.Kind = KindDecoding
+	u.step, u.batch = t.steps.Add(1), int32(len(s.Decoded))
 	for i := range s.Decoded {
 		e := &s.Decoded[i]
 		u.RequestID, u.NumNewTokens = e.RequestID, e.NewTokens

@@ -63,8 +63,10 @@ type Tracker struct {
 	closed     atomic.Bool
 	schedCache atomic.Bool // the engine reports prefix-cache counters itself
 
-	stats *statsLog
-	trees sync.Pool
+	stats   *statsLog
+	trees   sync.Pool
+	sampler *sampler
+	steps   atomic.Int64 // engine steps recorded, for DetailSteps
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -74,6 +76,23 @@ type Tracker struct {
 // NewTracker returns a Tracker configured by opts.
 func NewTracker(opts ...Option) (*Tracker, error) {
 	cfg := newConfig(opts)
+	if !cfg.samplingSet {
+		p, err := samplingFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		cfg.sampling = p
+	}
+	if cfg.detail == DetailInherit {
+		d, err := detailFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		cfg.detail = d
+	}
+	if cfg.detail == DetailInherit || cfg.detail > DetailTokens {
+		cfg.detail = DetailTree
+	}
 	inst, err := newInstruments(cfg.mp)
 	if err != nil {
 		return nil, err
@@ -90,6 +109,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 		stop:     make(chan struct{}),
 	}
 	t.stats = newStatsLog(t)
+	t.sampler = newSampler(cfg.sampling)
 	for i := range t.shards {
 		t.shards[i].reqs = make(map[string]*reqState)
 		t.shards[i].held = make(map[string][]Update)
@@ -232,6 +252,10 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 		fe: sideState{last: KindArrived, time: ns},
 	}
 	r.runs = r.runsBuf[:0]
+	r.detail = u.detail
+	if r.detail == DetailInherit {
+		r.detail = t.cfg.detail
+	}
 	if parent.IsValid() {
 		r.ext().parent = parent
 		r.traceID = parent.TraceID()

@@ -169,6 +169,11 @@ type Update struct {
 	FinishReason string
 	ErrorType    string
 	Sampling     *SamplingParams
+
+	// Set by Step and Arrive only.
+	step   int64
+	batch  int32
+	detail Detail
 }
 
 // Limits on update payloads. Longer strings and larger counts are rejected

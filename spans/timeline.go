@@ -37,6 +37,9 @@ type Timeline struct {
 	Runs        []Run
 
 	Detokenize *Detokenize // nil if the frontend delivered nothing
+
+	// RootOnly emits the root span alone (detail level 0).
+	RootOnly bool
 }
 
 // Run is the time between a PREFILLING that follows QUEUED or PREEMPTED and
@@ -52,6 +55,19 @@ type Run struct {
 	OutputTokens   int
 	// Chunks after the first, for the per-chunk events.
 	ChunkEvents []ChunkEvent
+	// Steps, when set, become llm.decode.step events on the run's decode
+	// span (detail level 2).
+	Steps []StepEvent
+	// TokenTimes, when set, become the decode span's
+	// llm.decode.token_offsets_us attribute (detail level 3).
+	TokenTimes []time.Time
+}
+
+// StepEvent is one engine step that produced tokens for the request.
+type StepEvent struct {
+	Time      time.Time
+	Index     int64
+	BatchSize int
 }
 
 // ChunkEvent is a further chunk of a chunked prefill.

@@ -66,6 +66,9 @@ func Build(tl *Timeline, dst *Tree) {
 	root := dst.add(tl.Name, trace.SpanKindServer, start, end)
 	root.Attrs = append(root.Attrs, tl.RootAttrs...)
 	root.Status, root.StatusDesc = tl.Status, tl.StatusDesc
+	if tl.RootOnly {
+		return
+	}
 
 	if !tl.InputProcessed.IsZero() {
 		s := dst.child(start, end, attributes.SpanInputProcessing, start, tl.InputProcessed)
@@ -118,6 +121,23 @@ func Build(tl *Timeline, dst *Tree) {
 				attributes.DecodeOutputTokens.Int(r.OutputTokens),
 				attributes.DecodeSegment.Int(segment),
 			)
+			for _, st := range r.Steps {
+				d.Events = append(d.Events, Event{
+					Name: attributes.EventDecodeStep,
+					Time: clampTime(st.Time, d.Start, d.End),
+					Attrs: []attribute.KeyValue{
+						attributes.StepIndex.Int64(st.Index),
+						attributes.StepBatchSize.Int(st.BatchSize),
+					},
+				})
+			}
+			if len(r.TokenTimes) > 0 {
+				offs := make([]int64, len(r.TokenTimes))
+				for i, tt := range r.TokenTimes {
+					offs[i] = max(tt.Sub(d.Start).Microseconds(), 0)
+				}
+				d.Attrs = append(d.Attrs, attributes.DecodeTokenOffsets.Int64Slice(offs))
+			}
 			segment++
 		}
 		if !r.Preempted.IsZero() {
