@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# llmtrace's one test command (README, CI): bash scripts/test.sh
+#
+# 1. Installs what the real-backend tests need and is missing (Debian's
+#    prometheus and chromium), and builds Jaeger v2 once per machine
+#    (scripts/build-jaeger.sh; cached under ~/.cache/llmtrace).
+# 2. Exports LLMTRACE_JAEGER_BIN, LLMTRACE_PROMETHEUS_BIN and
+#    LLMTRACE_CHROMIUM_BIN for internal/testbackend.
+# 3. Root module: go vet ./... and go test -race -count=1 ./...
+# 4. Every other Go module in the repo that has tests: go test -count=1 ./...
+# 5. The extra checks listed in EXTRA_CHECKS below.
+#
+# Stops at the first failure. Full verbose test output is kept in
+# .test-logs/ (git-ignored). With CI set, tests that need a backend fail
+# instead of skipping when it is missing.
+#
+# Environment:
+#   LLMTRACE_SKIP_INSTALL=1   do not apt-get install anything
+#   LLMTRACE_JAEGER_BIN=PATH  use this Jaeger binary instead of building one
+#   GO_TEST_FLAGS="..."       extra flags for every go test (e.g. -run=X -v)
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+started=$SECONDS
+
+# --- Extension point: extra checks ------------------------------------------
+# Later work adds static analysis (staticcheck, govulncheck) and benchmark
+# smoke runs here. Each entry is one command line, run with `bash -c` from
+# the repo root after all tests passed; the first failing entry fails the run.
+# Keep each entry's cost in mind: the whole script must stay well under 40
+# minutes on 2 cores, cold.
+EXTRA_CHECKS=(
+	# "go run honnef.co/go/tools/cmd/staticcheck@VERSION ./..."
+	# "go run golang.org/x/vuln/cmd/govulncheck@VERSION ./..."
+	# "go test -run='^$' -bench=. -benchtime=1x ./..."
+)
+# -----------------------------------------------------------------------------
+
+log_dir="$repo/.test-logs"
+mkdir -p "$log_dir"
+rm -f "$log_dir"/*.log
+
+passed=0
+failed=0
+skipped=0
+
+say() { printf '==> %s\n' "$*"; }
+
+summary() {
+	printf '%d passed, %d failed, %d skipped\n' "$passed" "$failed" "$skipped"
+}
+
+fail() {
+	echo
+	echo "test.sh: FAILED: $* (after $((SECONDS - started))s; verbose logs in .test-logs/)"
+	if ((failed == 0)); then failed=1; fi
+	summary
+	exit 1
+}
+
+# --- 1. Dependencies --------------------------------------------------------
+
+as_root() {
+	if [[ $(id -u) -eq 0 ]]; then
+		"$@"
+	elif command -v sudo >/dev/null 2>&1; then
+		sudo "$@"
+	else
+		echo "test.sh: need root (or sudo) to run: $*" >&2
+		return 1
+	fi
+}
+
+apt_updated=0
+apt_install() {
+	if [[ ${LLMTRACE_SKIP_INSTALL:-} == 1 ]]; then
+		say "LLMTRACE_SKIP_INSTALL=1: not installing $*"
+		return 0
+	fi
+	if ! command -v apt-get >/dev/null 2>&1; then
+		say "no apt-get here: install $* yourself (tests needing them skip, or fail under CI)"
+		return 0
+	fi
+	if ((apt_updated == 0)); then
+		say "apt-get update"
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+		apt_updated=1
+	fi
+	say "apt-get install $*"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if ! command -v "${LLMTRACE_PROMETHEUS_BIN:-prometheus}" >/dev/null 2>&1; then
+	apt_install prometheus || fail "installing prometheus"
+fi
+# fonts-liberation: metric-compatible Arial/Times/Courier, so headless
+# screenshots render text like a user's browser would.
+if ! command -v "${LLMTRACE_CHROMIUM_BIN:-chromium}" >/dev/null 2>&1; then
+	apt_install chromium fonts-liberation || fail "installing chromium"
+fi
+
+prometheus_bin="$(command -v "${LLMTRACE_PROMETHEUS_BIN:-prometheus}" || true)"
+chromium_bin="$(command -v "${LLMTRACE_CHROMIUM_BIN:-chromium}" || true)"
+[[ -n $prometheus_bin ]] && export LLMTRACE_PROMETHEUS_BIN="$prometheus_bin"
+[[ -n $chromium_bin ]] && export LLMTRACE_CHROMIUM_BIN="$chromium_bin"
+
+if [[ -z ${LLMTRACE_JAEGER_BIN:-} ]]; then
+	say "Jaeger: scripts/build-jaeger.sh (cached after the first build)"
+	LLMTRACE_JAEGER_BIN="$(bash scripts/build-jaeger.sh)" || fail "building Jaeger"
+fi
+export LLMTRACE_JAEGER_BIN
+"$LLMTRACE_JAEGER_BIN" validate --config=file:internal/testbackend/jaeger-test.yaml \
+	>"$log_dir/jaeger-validate.log" 2>&1 ||
+	{ cat "$log_dir/jaeger-validate.log"; fail "Jaeger test config does not validate"; }
+
+say "go: $(go version)"
+say "LLMTRACE_JAEGER_BIN=$LLMTRACE_JAEGER_BIN"
+say "LLMTRACE_PROMETHEUS_BIN=${LLMTRACE_PROMETHEUS_BIN:-(none)}"
+say "LLMTRACE_CHROMIUM_BIN=${LLMTRACE_CHROMIUM_BIN:-(none)}"
+
+# --- 2. Tests -----------------------------------------------------------------
+
+# run_go_test NAME DIR FLAGS...: go test -v in DIR, verbose output to
+# .test-logs/NAME.log, the console shows it without the === RUN/PAUSE/CONT
+# noise. Adds to the pass/fail/skip counts.
+run_go_test() {
+	local name=$1 dir=$2
+	shift 2
+	local log="$log_dir/$name.log"
+	local status
+	set +e
+	# shellcheck disable=SC2086 # GO_TEST_FLAGS is a list of flags
+	(cd "$dir" && go test -v "$@" ${GO_TEST_FLAGS:-} ./...) 2>&1 |
+		tee "$log" |
+		grep --line-buffered -vE '^[[:space:]]*=== (RUN|PAUSE|CONT|NAME)'
+	status=${PIPESTATUS[0]}
+	set -e
+	local p f s
+	p=$(grep -cE '^[[:space:]]*--- PASS' "$log" || true)
+	f=$(grep -cE '^[[:space:]]*--- FAIL' "$log" || true)
+	s=$(grep -cE '^[[:space:]]*--- SKIP' "$log" || true)
+	passed=$((passed + p))
+	failed=$((failed + f))
+	skipped=$((skipped + s))
+	if ((status != 0)); then
+		fail "go test in ${dir#"$repo"/} ($name)"
+	fi
+}
+
+say "root module: go vet ./..."
+go vet ./... || fail "go vet in the root module"
+
+say "root module: go test -race -count=1 ./..."
+run_go_test root "$repo" -race -count=1
+
+# Other modules (examples, tools, …): those with test files only.
+while IFS= read -r modfile; do
+	dir="$(dirname "$modfile")"
+	rel="${dir#"$repo"/}"
+	has_tests="$(cd "$dir" && go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./... 2>/dev/null || true)"
+	if [[ -z $has_tests ]]; then
+		say "module $rel: no tests, skipped"
+		continue
+	fi
+	say "module $rel: go test -count=1 ./..."
+	run_go_test "module-${rel//\//_}" "$dir" -count=1
+done < <(find "$repo" -mindepth 2 -name go.mod \
+	-not -path '*/.git/*' -not -path '*/vendor/*' -not -path '*/node_modules/*' \
+	-not -path '*/testdata/*' -not -path '*/.test-logs/*' | sort)
+
+# --- 3. Extra checks ----------------------------------------------------------
+
+for check in "${EXTRA_CHECKS[@]+"${EXTRA_CHECKS[@]}"}"; do
+	say "extra check: $check"
+	bash -c "$check" || fail "extra check: $check"
+done
+
+echo
+echo "test.sh: all checks passed in $((SECONDS - started))s"
+summary
