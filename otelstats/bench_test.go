@@ -1,0 +1,668 @@
+package otelstats_test
+
+// Benchmarks of the tracker, each beside its naive twin (naive_test.go), so
+// one run gives the ratio:
+//
+//	go test -run='^$' -bench=. -benchmem -count=6 ./otelstats
+//
+// See BENCHMARKS.md at the repository root for results and targets. Every
+// benchmark also runs for one iteration in a few seconds (-benchtime=1x),
+// which is how CI keeps them compiling and correct: the tracker's side fails
+// the benchmark on any rejected update.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/otelstats"
+	"github.com/llmtrace/llmtrace/spans"
+)
+
+const (
+	benchModel   = "llama-3-8b"
+	promptTokens = 512 // in 2 prefill chunks in the request benchmarks
+	outputTokens = 256
+	batchSize    = 256 // requests decoding in each step of the token benchmarks
+	memRequests  = 512 // requests held in flight by the memory benchmarks
+	// engineTick is the simulated time between engine steps where the
+	// benchmarks use a simulated clock: a decode step of a 256-request
+	// batch. It sets how often the tracker sweeps (once per second of
+	// recorded time), as it would in production.
+	engineTick = 20 * time.Millisecond
+)
+
+// benchIDs are vLLM-like request ids ("chatcmpl-" and 32 hex digits), made
+// once so that neither side pays for them in the timed loop.
+var benchIDs = func() []string {
+	ids := make([]string, 4096)
+	for i := range ids {
+		h := sha256.Sum256([]byte(strconv.Itoa(i)))
+		ids[i] = "chatcmpl-" + hex.EncodeToString(h[:16])
+	}
+	return ids
+}()
+
+// discardExporter is a span exporter that drops everything, counting spans.
+type discardExporter struct{ spans atomic.Int64 }
+
+func (e *discardExporter) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
+	e.spans.Add(int64(len(s)))
+	return nil
+}
+
+func (e *discardExporter) Shutdown(context.Context) error { return nil }
+
+// pipeline is the SDK setup both sides run through: a TracerProvider with a
+// BatchSpanProcessor (SDK defaults) into a discarding exporter, and a
+// MeterProvider with a ManualReader that is never collected in the timed
+// loop.
+type pipeline struct {
+	tp     *sdktrace.TracerProvider
+	mp     *sdkmetric.MeterProvider
+	reader *sdkmetric.ManualReader
+	exp    *discardExporter
+}
+
+// newPipeline builds a pipeline. A nil sampler is the SDK default
+// (ParentBased(AlwaysSample)). ours adds the IDGenerator the tracker's docs
+// ask for; the naive side keeps the SDK's.
+func newPipeline(tb testing.TB, sampler sdktrace.Sampler, ours bool) *pipeline {
+	p := buildPipeline(sampler, ours)
+	tb.Cleanup(p.close)
+	return p
+}
+
+// buildPipeline is newPipeline without the cleanup; the caller closes it.
+func buildPipeline(sampler sdktrace.Sampler, ours bool) *pipeline {
+	p := &pipeline{reader: sdkmetric.NewManualReader(), exp: &discardExporter{}}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(p.exp)}
+	if sampler != nil {
+		opts = append(opts, sdktrace.WithSampler(sampler))
+	}
+	if ours {
+		opts = append(opts, sdktrace.WithIDGenerator(spans.IDGenerator()))
+	}
+	p.tp = sdktrace.NewTracerProvider(opts...)
+	p.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(p.reader))
+	return p
+}
+
+func (p *pipeline) close() {
+	ctx := context.Background()
+	_ = p.tp.Shutdown(ctx)
+	_ = p.mp.Shutdown(ctx)
+}
+
+// spansPerOp flushes the batch processor and reports the spans exported per
+// op; fewer than the request's span count means the BatchSpanProcessor's
+// queue overflowed and dropped spans.
+func (p *pipeline) spansPerOp(b *testing.B) {
+	if err := p.tp.ForceFlush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(p.exp.spans.Load())/float64(b.N), "spans/op")
+}
+
+func newTracker(tb testing.TB, p *pipeline) *otelstats.Tracker {
+	tb.Helper()
+	tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(p.tp), otelstats.WithMeterProvider(p.mp))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	return tr
+}
+
+// clock gives the benchmarks' times: the real clock (time.Now, what a
+// frontend or engine calls), or a simulated one that advances by tick per
+// engine step.
+type clock struct {
+	real bool
+	t    time.Time
+	tick time.Duration
+}
+
+func newClock(start time.Time, tick time.Duration) *clock { return &clock{t: start, tick: tick} }
+
+func realClock() *clock { return &clock{real: true} }
+
+// step is the time of a new engine step.
+func (c *clock) step() time.Time {
+	if c.real {
+		return time.Now()
+	}
+	c.t = c.t.Add(c.tick)
+	return c.t
+}
+
+// now is the time of a frontend update within the current step.
+func (c *clock) now() time.Time {
+	if c.real {
+		return time.Now()
+	}
+	return c.t
+}
+
+// engine drives a set of in-flight requests through the tracker the way an
+// engine loop and its frontend would: one reused Step value per engine step,
+// and the frontend's Request handles for arrival, input processing,
+// detokenization and finish. Once its slices have grown, it allocates
+// nothing.
+type engine struct {
+	tr    *otelstats.Tracker
+	clk   *clock
+	ids   []string
+	reqs  []*otelstats.Request
+	step  otelstats.Step
+	sched []otelstats.Scheduled
+	dec   []otelstats.Decoded
+	fin   []otelstats.Finished
+}
+
+func newEngine(tb testing.TB, tr *otelstats.Tracker, clk *clock) *engine {
+	return &engine{tr: tr, clk: clk}
+}
+
+// arrive records ARRIVED and INPUT_PROCESSED for ids, which become the
+// engine's requests.
+func (e *engine) arrive(tb testing.TB, ids ...string) {
+	e.ids = ids
+	e.reqs, e.sched, e.dec, e.fin = e.reqs[:0], e.sched[:0], e.dec[:0], e.fin[:0]
+	for _, id := range ids {
+		t := e.clk.now()
+		q, err := e.tr.Arrive(context.Background(), id, otelstats.Arrival{Time: t, Model: benchModel})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := q.InputProcessed(t, promptTokens, nil); err != nil {
+			tb.Fatal(err)
+		}
+		e.reqs = append(e.reqs, q)
+		e.sched = append(e.sched, otelstats.Scheduled{RequestID: id})
+		e.dec = append(e.dec, otelstats.Decoded{RequestID: id, NewTokens: 1})
+		e.fin = append(e.fin, otelstats.Finished{RequestID: id, Reason: otelstats.FinishStop})
+	}
+}
+
+func (e *engine) record(tb testing.TB, s otelstats.Step) {
+	s.Time = e.clk.step()
+	e.step = s
+	if err := e.tr.Step(&e.step); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// prefill queues the requests and schedules one prefill chunk per value of
+// computed (the tokens computed once the chunk is done).
+func (e *engine) prefill(tb testing.TB, computed ...int) {
+	e.record(tb, otelstats.Step{Queued: e.ids})
+	for _, c := range computed {
+		e.schedule(tb, c)
+	}
+}
+
+func (e *engine) schedule(tb testing.TB, computed int) {
+	for i := range e.sched {
+		e.sched[i].ComputedTokens = computed
+	}
+	e.record(tb, otelstats.Step{Scheduled: e.sched})
+}
+
+// decode is one engine step in which the first n requests produce a token.
+func (e *engine) decode(tb testing.TB, n int) {
+	e.record(tb, otelstats.Step{Decoded: e.dec[:n]})
+}
+
+// deliver is the frontend delivering one token of every request.
+func (e *engine) deliver(tb testing.TB) {
+	for _, q := range e.reqs {
+		if err := q.Detokenized(e.clk.now(), 1, 0); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+func (e *engine) decodeDeliver(tb testing.TB) {
+	e.decode(tb, len(e.dec))
+	e.deliver(tb)
+}
+
+func (e *engine) preempt(tb testing.TB) { e.record(tb, otelstats.Step{Preempted: e.ids}) }
+
+// finish finishes every request on both sides.
+func (e *engine) finish(tb testing.TB) {
+	e.record(tb, otelstats.Step{Finished: e.fin})
+	for _, q := range e.reqs {
+		if err := q.Finish(e.clk.now(), otelstats.FinishStop); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// benchRequest drives the engine's requests through the request
+// benchmarks' life: 512 prompt tokens in 2 prefill chunks, 128 output
+// tokens, a recompute preemption, 128 more, finish; every token decoded by
+// the engine and detokenized by the frontend.
+func (e *engine) benchRequest(tb testing.TB) {
+	e.prefill(tb, promptTokens/2, promptTokens)
+	for range outputTokens / 2 {
+		e.decodeDeliver(tb)
+	}
+	e.preempt(tb)
+	e.schedule(tb, promptTokens+outputTokens/2)
+	for range outputTokens - outputTokens/2 {
+		e.decodeDeliver(tb)
+	}
+	e.finish(tb)
+}
+
+// TestBenchScenarios checks that the request benchmarks' scenario is what
+// they claim on both sides: every update accepted, the span trees, the
+// token counts.
+func TestBenchScenarios(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithIDGenerator(spans.IDGenerator()))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) }()
+	var stats []otelstats.RequestStats
+	tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(tp), otelstats.WithMeterProvider(mp),
+		otelstats.WithOnFinish(func(s *otelstats.RequestStats) { stats = append(stats, *s) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Shutdown(context.Background()) }()
+	e := newEngine(t, tr, realClock())
+	e.arrive(t, benchIDs[0])
+	e.benchRequest(t)
+	if len(stats) != 1 {
+		t.Fatalf("%d requests finished, want 1", len(stats))
+	}
+	s := stats[0]
+	if s.NumOutputTokens != outputTokens || s.NumPreemptions != 1 || s.NumPromptTokens.N != promptTokens {
+		t.Fatalf("stats: %d output tokens, %d preemptions, %d prompt tokens", s.NumOutputTokens, s.NumPreemptions, s.NumPromptTokens.N)
+	}
+	names := map[string]int{}
+	for _, sp := range rec.Ended() {
+		names[sp.Name()]++
+	}
+	want := map[string]int{
+		attributes.RootSpanName("chat", benchModel): 1, attributes.SpanInputProcessing: 1, attributes.SpanQueue: 2,
+		attributes.SpanPrefill: 2, attributes.SpanDecode: 2, attributes.SpanDetokenize: 1,
+	}
+	for k, v := range want {
+		if names[k] != v {
+			t.Errorf("tracker: %d %q spans, want %d (all: %v)", names[k], k, v, names)
+		}
+	}
+	t.Logf("tracker: %d spans %v", len(rec.Ended()), names)
+
+	rec2 := tracetest.NewSpanRecorder()
+	tp2 := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec2))
+	defer func() { _ = tp2.Shutdown(context.Background()) }()
+	naiveBenchRequest(newNaive(t, tp2, mp), benchIDs[0])
+	names = map[string]int{}
+	events := 0
+	for _, sp := range rec2.Ended() {
+		names[sp.Name()]++
+		events += len(sp.Events())
+	}
+	if names[attributes.SpanPrefill] != 3 || names[attributes.SpanDecode] != 2 || names[attributes.SpanQueue] != 2 || events != outputTokens {
+		t.Errorf("naive: spans %v, %d token events", names, events)
+	}
+	t.Logf("naive: %d spans %v, %d token events", len(rec2.Ended()), names, events)
+}
+
+// Per token ---------------------------------------------------------------
+
+// BenchmarkNaiveToken: one op is one output token the naive way — a span
+// event on the request's live decode span and an ITL histogram Record — for
+// 256 requests in flight, round-robin as an engine step visits them. Each
+// decode span holds one request's 256 tokens and is then ended and a new one
+// started (so half of the events hit the SDK's 128-event limit, as in a real
+// 256-token request; span start and end are amortized over its tokens).
+func BenchmarkNaiveToken(b *testing.B) {
+	p := newPipeline(b, nil, false)
+	qs := naiveBatch(newNaive(b, p.tp, p.mp), batchSize)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		q := qs[i%batchSize]
+		q.token()
+		if q.tokens%outputTokens == 0 {
+			q.endDecode()
+		}
+	}
+}
+
+// naiveBatch starts n naive requests and brings them to decoding.
+func naiveBatch(n *naive, count int) []*naiveRequest {
+	qs := make([]*naiveRequest, count)
+	for i := range qs {
+		q := n.arrive(context.Background(), benchIDs[i], benchModel)
+		q.queued("new")
+		q.prefillChunk(promptTokens, 0)
+		qs[i] = q
+	}
+	return qs
+}
+
+// BenchmarkStepToken: one op is one output token recorded through
+// Tracker.Step, with 256 requests in flight decoding one token each per step
+// and one Step value reused.
+func BenchmarkStepToken(b *testing.B) {
+	tr := newTracker(b, newPipeline(b, nil, true))
+	e := newEngine(b, tr, newClock(time.Now(), engineTick))
+	e.arrive(b, benchIDs[:batchSize]...)
+	e.prefill(b, promptTokens)
+	e.decode(b, batchSize) // first tokens
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		n := min(batchSize, b.N-done)
+		e.decode(b, n)
+		done += n
+	}
+}
+
+// Per engine step ---------------------------------------------------------
+
+// BenchmarkNaiveStep1024: one op is one engine step of 1024 running requests
+// each producing one token, the naive way.
+func BenchmarkNaiveStep1024(b *testing.B) {
+	p := newPipeline(b, nil, false)
+	qs := naiveBatch(newNaive(b, p.tp, p.mp), 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, q := range qs {
+			q.token()
+			if q.tokens%outputTokens == 0 {
+				q.endDecode()
+			}
+		}
+	}
+}
+
+// BenchmarkStep1024: one op is one Tracker.Step with 1024 running requests
+// each decoding one token.
+func BenchmarkStep1024(b *testing.B) {
+	tr := newTracker(b, newPipeline(b, nil, true))
+	e := newEngine(b, tr, newClock(time.Now(), engineTick))
+	e.arrive(b, benchIDs[:1024]...)
+	e.prefill(b, promptTokens)
+	e.decode(b, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		e.decode(b, 1024)
+	}
+}
+
+// Per request -------------------------------------------------------------
+
+func benchNaiveRequest(b *testing.B, sampler sdktrace.Sampler) {
+	p := newPipeline(b, sampler, false)
+	n := newNaive(b, p.tp, p.mp)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		naiveBenchRequest(n, benchIDs[i%len(benchIDs)])
+		i++
+	}
+	b.StopTimer()
+	p.spansPerOp(b)
+}
+
+func benchRequest(b *testing.B, sampler sdktrace.Sampler) {
+	p := newPipeline(b, sampler, true)
+	e := newEngine(b, newTracker(b, p), realClock())
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		j := i % len(benchIDs)
+		e.arrive(b, benchIDs[j:j+1]...)
+		e.benchRequest(b)
+		i++
+	}
+	b.StopTimer()
+	p.spansPerOp(b)
+}
+
+// BenchmarkNaiveRequest: one op is one whole request the naive way: 512
+// prompt tokens in 2 prefill chunks, 256 output tokens with a recompute
+// preemption in the middle, live spans per phase, an event and a histogram
+// Record per token.
+func BenchmarkNaiveRequest(b *testing.B) { benchNaiveRequest(b, nil) }
+
+// BenchmarkRequest: one op is the same request through the tracker — the
+// frontend's handle (arrival, input processing, a delivery per token,
+// finish) and the engine's Steps (queue, 2 chunks, a decode per token,
+// preemption, recompute, finish) — times from the real clock, one request
+// per step, spans through a BatchSpanProcessor, metrics into a ManualReader.
+func BenchmarkRequest(b *testing.B) { benchRequest(b, nil) }
+
+// BenchmarkNaiveRequestUnsampled is BenchmarkNaiveRequest with NeverSample.
+func BenchmarkNaiveRequestUnsampled(b *testing.B) { benchNaiveRequest(b, sdktrace.NeverSample()) }
+
+// BenchmarkRequestUnsampled is BenchmarkRequest with NeverSample: metrics
+// only.
+func BenchmarkRequestUnsampled(b *testing.B) { benchRequest(b, sdktrace.NeverSample()) }
+
+// Memory ------------------------------------------------------------------
+
+// liveHeap is the heap in use after a full collection.
+func liveHeap() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+var memTokens = []int{16, 4096}
+
+// BenchmarkInflightMemory reports the live heap per in-flight request
+// (B/inflight) for requests of 16 and 4096 output tokens, held mid-decode
+// (half their tokens decoded and delivered). One op brings 512 requests
+// from arrival to mid-decode; the heap is measured around it, outside the
+// timer. Request ids and the benchmark's own slices are made before the
+// first measurement; the frontend's Request handles count.
+func BenchmarkInflightMemory(b *testing.B) {
+	for _, toks := range memTokens {
+		b.Run("tokens="+strconv.Itoa(toks), func(b *testing.B) {
+			b.ReportAllocs()
+			var perReq float64
+			for b.Loop() {
+				b.StopTimer()
+				p := buildPipeline(nil, true)
+				tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(p.tp), otelstats.WithMeterProvider(p.mp))
+				if err != nil {
+					b.Fatal(err)
+				}
+				e := newEngine(b, tr, newClock(time.Now(), engineTick))
+				e.reqs = make([]*otelstats.Request, 0, memRequests)
+				e.sched = make([]otelstats.Scheduled, 0, memRequests)
+				e.dec = make([]otelstats.Decoded, 0, memRequests)
+				e.fin = make([]otelstats.Finished, 0, memRequests)
+				before := liveHeap()
+				b.StartTimer()
+
+				e.arrive(b, benchIDs[:memRequests]...)
+				e.prefill(b, promptTokens)
+				for range toks / 2 {
+					e.decodeDeliver(b)
+				}
+
+				b.StopTimer()
+				after := liveHeap()
+				if tr.InFlight() != memRequests {
+					b.Fatalf("%d in flight, want %d", tr.InFlight(), memRequests)
+				}
+				runtime.KeepAlive(e)
+				perReq += (float64(after) - float64(before)) / memRequests
+				_ = tr.Shutdown(context.Background())
+				p.close()
+				b.StartTimer()
+			}
+			b.ReportMetric(perReq/float64(b.N), "B/inflight")
+		})
+	}
+}
+
+// BenchmarkNaiveInflightMemory is the naive twin: live root and decode
+// spans (the latter holding up to 128 token events) per in-flight request.
+func BenchmarkNaiveInflightMemory(b *testing.B) {
+	for _, toks := range memTokens {
+		b.Run("tokens="+strconv.Itoa(toks), func(b *testing.B) {
+			b.ReportAllocs()
+			var perReq float64
+			for b.Loop() {
+				b.StopTimer()
+				p := buildPipeline(nil, false)
+				n := newNaive(b, p.tp, p.mp)
+				qs := make([]*naiveRequest, 0, memRequests)
+				before := liveHeap()
+				b.StartTimer()
+
+				for _, id := range benchIDs[:memRequests] {
+					q := n.arrive(context.Background(), id, benchModel)
+					q.queued("new")
+					q.prefillChunk(promptTokens, 0)
+					qs = append(qs, q)
+				}
+				for range toks / 2 {
+					for _, q := range qs {
+						q.token()
+					}
+				}
+
+				b.StopTimer()
+				after := liveHeap()
+				runtime.KeepAlive(qs)
+				perReq += (float64(after) - float64(before)) / memRequests
+				p.close()
+				b.StartTimer()
+			}
+			b.ReportMetric(perReq/float64(b.N), "B/inflight")
+		})
+	}
+}
+
+// Concurrency -------------------------------------------------------------
+
+// mutexWait is the runtime's cumulative time goroutines spent blocked on a
+// sync.Mutex or RWMutex (or a runtime-internal lock).
+func mutexWait() float64 {
+	s := []metrics.Sample{{Name: "/sync/mutex/wait/total:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return s[0].Value.Float64()
+}
+
+// BenchmarkParallelDeliveries: frontend goroutines (b.RunParallel at
+// GOMAXPROCS 2) record Detokenized on their own requests, one op per
+// delivery, while an engine goroutine records Steps of all 256 requests.
+// It reports the time goroutines spent blocked on locks per delivery
+// (mutex-wait-ns/op) and the tokens the engine recorded meanwhile
+// (engine-tok/op). Variants:
+//
+//   - frontend-only: no engine goroutine.
+//   - with-engine: the engine steps concurrently, unthrottled.
+//   - global-lock-reference: as with-engine, but every call goes through
+//     one shared mutex, to show what single-lock contention looks like in
+//     the same metrics.
+func BenchmarkParallelDeliveries(b *testing.B) {
+	for _, v := range []struct {
+		name          string
+		engine, glock bool
+	}{{"frontend-only", false, false}, {"with-engine", true, false}, {"global-lock-reference", true, true}} {
+		b.Run(v.name, func(b *testing.B) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+			const procs = 2 // RunParallel goroutines: GOMAXPROCS × parallelism 1
+			tr := newTracker(b, newPipeline(b, nil, true))
+			e := newEngine(b, tr, realClock())
+			e.arrive(b, benchIDs[:batchSize]...)
+			e.prefill(b, promptTokens)
+			e.decode(b, batchSize)
+
+			var glock sync.Mutex
+			lock := func() {
+				if v.glock {
+					glock.Lock()
+				}
+			}
+			unlock := func() {
+				if v.glock {
+					glock.Unlock()
+				}
+			}
+			stop := make(chan struct{})
+			var engineTok atomic.Int64
+			var wg sync.WaitGroup
+			if v.engine {
+				wg.Go(func() {
+					s := otelstats.Step{Decoded: e.dec}
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						s.Time = time.Now()
+						lock()
+						err := tr.Step(&s)
+						unlock()
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						engineTok.Add(int64(len(s.Decoded)))
+					}
+				})
+			}
+			var next atomic.Int32
+			b.ReportAllocs()
+			w0 := mutexWait()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				w := int(next.Add(1) - 1)
+				if w >= procs {
+					b.Error("more RunParallel goroutines than request partitions")
+					return
+				}
+				mine := e.reqs[w*batchSize/procs : (w+1)*batchSize/procs]
+				i := 0
+				for pb.Next() {
+					lock()
+					err := mine[i].Detokenized(time.Now(), 1, 0)
+					unlock()
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if i++; i == len(mine) {
+						i = 0
+					}
+				}
+			})
+			b.StopTimer()
+			close(stop)
+			wg.Wait()
+			b.ReportMetric((mutexWait()-w0)*1e9/float64(b.N), "mutex-wait-ns/op")
+			b.ReportMetric(float64(engineTok.Load())/float64(b.N), "engine-tok/op")
+		})
+	}
+}
