@@ -489,3 +489,27 @@ func (h *harness) feed(us []Update) {
 		h.must(u)
 	}
 }
+
+// attrSetsOf returns the attribute sets of a metric's data points.
+func attrSetsOf(d metricdata.Aggregation) []attribute.Set {
+	var out []attribute.Set
+	switch d := d.(type) {
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Gauge[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	}
+	return out
+}
