@@ -12,6 +12,8 @@
 # file and moved into place atomically.
 set -euo pipefail
 
+# go and the cache path need a home; a bare CI environment may lack HOME.
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools_dir="$repo_root/tools"
 cache_dir="${LLMTRACE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/llmtrace}"

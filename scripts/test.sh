@@ -20,6 +20,8 @@
 #   GO_TEST_FLAGS="..."       extra flags for every go test (e.g. -run=X -v)
 set -euo pipefail
 
+# go and the cache path need a home; a bare CI environment may lack HOME.
+export HOME="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 started=$SECONDS
@@ -84,26 +86,37 @@ apt_install() {
 	fi
 	if ((apt_updated == 0)); then
 		say "apt-get update"
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq -o DPkg::Lock::Timeout=600
 		apt_updated=1
 	fi
 	say "apt-get install $*"
-	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		-o DPkg::Lock::Timeout=600 "$@" >/dev/null
 }
 
-if ! command -v "${LLMTRACE_PROMETHEUS_BIN:-prometheus}" >/dev/null 2>&1; then
-	apt_install prometheus || fail "installing prometheus"
-fi
+# need_bin ENV_VAR NAME PACKAGE...: export ENV_VAR as the path of NAME,
+# apt-installing PACKAGE... first when NAME is not in PATH. A preset ENV_VAR
+# wins and installs nothing.
+need_bin() {
+	local var=$1 name=$2
+	shift 2
+	if [[ -n ${!var:-} ]]; then
+		export "${var?}"
+		return 0
+	fi
+	if ! command -v "$name" >/dev/null 2>&1; then
+		apt_install "$@" || fail "installing $*"
+	fi
+	local path
+	if path="$(command -v "$name")"; then
+		export "$var=$path"
+	fi
+}
+
+need_bin LLMTRACE_PROMETHEUS_BIN prometheus prometheus
 # fonts-liberation: metric-compatible Arial/Times/Courier, so headless
 # screenshots render text like a user's browser would.
-if ! command -v "${LLMTRACE_CHROMIUM_BIN:-chromium}" >/dev/null 2>&1; then
-	apt_install chromium fonts-liberation || fail "installing chromium"
-fi
-
-prometheus_bin="$(command -v "${LLMTRACE_PROMETHEUS_BIN:-prometheus}" || true)"
-chromium_bin="$(command -v "${LLMTRACE_CHROMIUM_BIN:-chromium}" || true)"
-[[ -n $prometheus_bin ]] && export LLMTRACE_PROMETHEUS_BIN="$prometheus_bin"
-[[ -n $chromium_bin ]] && export LLMTRACE_CHROMIUM_BIN="$chromium_bin"
+need_bin LLMTRACE_CHROMIUM_BIN chromium chromium fonts-liberation
 
 if [[ -z ${LLMTRACE_JAEGER_BIN:-} ]]; then
 	say "Jaeger: scripts/build-jaeger.sh (cached after the first build)"
