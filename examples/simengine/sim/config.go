@@ -1,0 +1,188 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config describes the simulated engine and its frontend.
+type Config struct {
+	// Model and Operation name the requests ("chat llama-3-8b").
+	Model     string
+	Operation string
+
+	// BlockSize is the KV-cache block size in tokens (vLLM's default 16).
+	BlockSize int
+	// NumBlocks is the number of KV-cache blocks. It bounds how many tokens
+	// the running requests can hold; when a running request needs a block
+	// and none is free, the newest running request is preempted.
+	NumBlocks int
+	// MaxNumBatchedTokens is the per-step token budget (vLLM's
+	// max_num_batched_tokens; 8192 with chunked prefill).
+	MaxNumBatchedTokens int
+	// MaxNumSeqs caps the running requests (vLLM's max_num_seqs, 256).
+	MaxNumSeqs int
+	// MaxModelLen is the context window. A prompt that does not fit is
+	// rejected by the frontend with error.type context_length_exceeded; an
+	// output that would overflow it is cut and finishes with "length".
+	MaxModelLen int
+
+	Cost     Cost
+	Frontend Frontend
+
+	// Prefixes are the lengths in tokens of the shared system prompts the
+	// synthetic prompts start with. Each request starts with one of those
+	// that leaves at least MinUnique tokens of its own, or with none.
+	Prefixes []int
+	// MinUnique is the least number of request-specific prompt tokens.
+	MinUnique int
+
+	// Seed drives the choice of system prompt per request.
+	Seed uint64
+
+	// Realtime paces the simulation against the wall clock, Speedup times
+	// faster than the workload's own time (1 = real time). Without it the
+	// virtual clock jumps from event to event and an hour replays in
+	// seconds. The times recorded are the virtual times either way.
+	Realtime bool
+	Speedup  float64
+
+	// Progress, when set, is called after every finished request, on the
+	// simulation's goroutine.
+	Progress func(Progress)
+}
+
+// Cost is the step-time model: one engine step (one forward pass over the
+// batch) takes Fixed + PerPrefillToken × prompt tokens computed in the step
+// + PerDecodeSeq × requests decoding one token in the step.
+//
+// The defaults approximate Llama-3-8B in bf16 on one A100-80GB under vLLM;
+// they are round numbers, not a calibrated model:
+//
+//   - Fixed 8 ms: a forward pass streams all ~16 GB of weights from HBM,
+//     8 ms at the A100's ~2 TB/s (5 ms on an H100). Public single-request
+//     vLLM measurements of Llama-3(.1)-8B show 7–13 ms per output token on
+//     A100s (e.g. ~75 tokens/s on an A100-40GB).
+//   - PerPrefillToken 80 µs: prefill is compute-bound, ~16 GFLOP per token
+//     for 8B parameters; at ~60% of the A100's 312 TFLOPS that is ~85 µs,
+//     i.e. 12–13 k prompt tokens/s, in line with published vLLM prefill
+//     throughput for 8B models on one A100 (10–15 k tokens/s).
+//   - PerDecodeSeq 100 µs: each extra decoding sequence reads its KV cache
+//     (~128 KiB per token of context for Llama-3-8B) and adds a little
+//     compute; published batch sweeps show decode throughput growing almost
+//     linearly up to a batch of ~8–16 with per-token latency rising by a few
+//     ms, i.e. on the order of 0.1 ms per sequence at ~1k tokens of context.
+type Cost struct {
+	Fixed           time.Duration
+	PerPrefillToken time.Duration
+	PerDecodeSeq    time.Duration
+}
+
+// StepTime is the duration of a step that computes prefill prompt tokens
+// and decodes one token for each of decoding requests.
+func (c Cost) StepTime(prefill, decoding int) time.Duration {
+	return c.Fixed + time.Duration(prefill)*c.PerPrefillToken + time.Duration(decoding)*c.PerDecodeSeq
+}
+
+// Frontend is the API server's share of the time: input processing
+// (tokenization and chat templating), the hop to the engine process, and
+// output processing (detokenization and streaming) after each engine step.
+// The defaults are small, plausible numbers for vLLM's OpenAI server on a
+// fast CPU; they exist so the frontend's spans are visible, not to model a
+// particular machine.
+type Frontend struct {
+	// InputBase + InputPerToken × prompt tokens is INPUT_PROCESSED − ARRIVED.
+	InputBase     time.Duration
+	InputPerToken time.Duration
+	// ToEngine is the hop from the frontend to the engine core (IPC).
+	ToEngine time.Duration
+	// Deliver is from the engine's output to the token's delivery to the
+	// client (DETOKENIZED).
+	Deliver time.Duration
+	// DetokenizeBusy is the detokenizer's busy time per delivery.
+	DetokenizeBusy time.Duration
+}
+
+// DefaultConfig returns the defaults of the demo.
+//
+// The KV cache is deliberately small: 2,048 blocks of 16 tokens hold 32 k
+// tokens, about what a 24 GB card has left for Llama-3-8B's cache (at
+// 128 KiB per token, 4 GiB). An 80 GB A100 would hold ~14× more and would
+// never preempt at this load; the small cache lets the default run show
+// preemptions.
+func DefaultConfig() Config {
+	return Config{
+		Model:               "llama-3-8b",
+		Operation:           "chat",
+		BlockSize:           16,
+		NumBlocks:           2048,
+		MaxNumBatchedTokens: 8192,
+		MaxNumSeqs:          256,
+		MaxModelLen:         8192,
+		Cost: Cost{
+			Fixed:           8 * time.Millisecond,
+			PerPrefillToken: 80 * time.Microsecond,
+			PerDecodeSeq:    100 * time.Microsecond,
+		},
+		Frontend: Frontend{
+			InputBase:      time.Millisecond,
+			InputPerToken:  time.Microsecond,
+			ToEngine:       200 * time.Microsecond,
+			Deliver:        400 * time.Microsecond,
+			DetokenizeBusy: 30 * time.Microsecond,
+		},
+		Prefixes:  []int{1536, 768, 384, 192},
+		MinUnique: 32,
+		Seed:      1,
+		Speedup:   1,
+	}
+}
+
+// Validate reports a configuration the engine cannot run with.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Model == "" {
+		errs = append(errs, errors.New("model is empty"))
+	}
+	if c.BlockSize <= 0 {
+		errs = append(errs, fmt.Errorf("block size %d must be positive", c.BlockSize))
+	}
+	if c.NumBlocks <= 0 {
+		errs = append(errs, fmt.Errorf("KV-cache blocks %d must be positive", c.NumBlocks))
+	}
+	if c.MaxNumBatchedTokens <= 0 {
+		errs = append(errs, fmt.Errorf("max batched tokens %d must be positive", c.MaxNumBatchedTokens))
+	}
+	if c.MaxNumSeqs <= 0 {
+		errs = append(errs, fmt.Errorf("max running requests %d must be positive", c.MaxNumSeqs))
+	}
+	if c.MaxModelLen < 2 {
+		errs = append(errs, fmt.Errorf("max model length %d must be at least 2", c.MaxModelLen))
+	}
+	if c.BlockSize > 0 && c.NumBlocks > 0 && c.MaxModelLen > c.BlockSize*c.NumBlocks {
+		// vLLM refuses to start in this case too: a request at the
+		// context limit could never be scheduled.
+		errs = append(errs, fmt.Errorf("max model length %d exceeds the KV cache (%d blocks × %d tokens = %d)",
+			c.MaxModelLen, c.NumBlocks, c.BlockSize, c.NumBlocks*c.BlockSize))
+	}
+	if c.Cost.Fixed <= 0 || c.Cost.PerPrefillToken < 0 || c.Cost.PerDecodeSeq < 0 {
+		errs = append(errs, errors.New("step cost: fixed must be positive, the others non-negative"))
+	}
+	f := c.Frontend
+	if f.InputBase < 0 || f.InputPerToken < 0 || f.ToEngine < 0 || f.Deliver < 0 || f.DetokenizeBusy < 0 {
+		errs = append(errs, errors.New("frontend delays must not be negative"))
+	}
+	for _, p := range c.Prefixes {
+		if p <= 0 {
+			errs = append(errs, fmt.Errorf("system prefix length %d must be positive", p))
+		}
+	}
+	if c.MinUnique < 0 {
+		errs = append(errs, fmt.Errorf("min unique tokens %d must not be negative", c.MinUnique))
+	}
+	if c.Realtime && !(c.Speedup > 0) {
+		errs = append(errs, fmt.Errorf("speedup %v must be positive", c.Speedup))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,191 @@
+package sim
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmtrace/llmtrace/examples/simengine/internal/workload"
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// run simulates reqs with a fresh tracker and returns the result and every
+// request's RequestStats by id.
+func run(t *testing.T, cfg Config, reqs []workload.Request, opts ...otelstats.Option) (*Result, map[string]otelstats.RequestStats) {
+	t.Helper()
+	var mu sync.Mutex
+	got := make(map[string]otelstats.RequestStats, len(reqs))
+	opts = append(opts,
+		otelstats.WithRequestTTL(0),
+		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
+			mu.Lock()
+			got[s.RequestID] = *s
+			mu.Unlock()
+		}))
+	tr, err := otelstats.NewTracker(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), cfg, reqs, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if res.Rejections != 0 {
+		t.Fatalf("the tracker rejected %d updates; first: %v", res.Rejections, res.FirstRejection)
+	}
+	return res, got
+}
+
+// sharedTrace returns the first n requests of the conversation trace, or of
+// a synthetic workload when ../shared is not there.
+func sharedTrace(t *testing.T, n int) []workload.Request {
+	t.Helper()
+	if p := workload.FindDefault(); p != "" {
+		w, err := workload.Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Head(n)
+		return w.Requests
+	}
+	t.Logf("no shared trace; using a synthetic workload")
+	return workload.Synthetic(n, 5, 1).Requests
+}
+
+func lat(d time.Duration) otelstats.Latency { return otelstats.Latency{Value: max(d, 0), Valid: true} }
+
+// checkTruth compares llmtrace's stats of every request with what the
+// simulator knows happened. Virtual times are exact, so equality is exact.
+func checkTruth(t *testing.T, res *Result, got map[string]otelstats.RequestStats) {
+	t.Helper()
+	if len(got) != len(res.Requests) {
+		t.Errorf("llmtrace finished %d requests, the simulator %d", len(got), len(res.Requests))
+	}
+	bad := 0
+	for i := range res.Requests {
+		w := &res.Requests[i]
+		s, ok := got[w.ID]
+		if !ok {
+			t.Errorf("%s: no RequestStats", w.ID)
+			continue
+		}
+		var errs []string
+		eq := func(name string, g, want any) {
+			if g != want {
+				errs = append(errs, name)
+				t.Errorf("%s %s = %v, want %v", w.ID, name, g, want)
+			}
+		}
+		absent := otelstats.Latency{}
+		eq("arrival", s.ArrivalTime.UnixNano(), w.Arrival.UnixNano())
+		eq("finished", s.FinishedTime.UnixNano(), w.Finish.UnixNano())
+		eq("e2e", s.E2ELatency, lat(w.Finish.Sub(w.Arrival)))
+		eq("finish_reason", s.FinishReason, w.FinishReason)
+		eq("error_type", s.ErrorType, w.ErrorType)
+		eq("num_prompt_tokens", s.NumPromptTokens, otelstats.Count{N: w.PromptTokens, Valid: true})
+		eq("num_output_tokens", s.NumOutputTokens, w.OutputTokens)
+		eq("num_preemptions", s.NumPreemptions, w.Preemptions)
+		eq("preempted_duration", s.PreemptedDuration, w.Preempted)
+		eq("num_recompute_cached_tokens", s.NumRecomputeCachedTokens, w.RecomputeCachedTokens)
+		if w.FirstScheduled.IsZero() {
+			eq("queue", s.QueueDuration, absent)
+			eq("inference", s.InferenceLatency, absent)
+			eq("num_cached_tokens", s.NumCachedTokens.Valid, false)
+		} else {
+			eq("queue", s.QueueDuration, lat(w.FirstScheduled.Sub(w.FirstQueued)))
+			eq("inference", s.InferenceLatency, lat(w.Finish.Sub(w.FirstScheduled)))
+			eq("num_cached_tokens", s.NumCachedTokens, otelstats.Count{N: w.CachedTokens, Valid: true})
+		}
+		if w.FirstToken.IsZero() {
+			eq("ttft", s.FirstTokenLatency, absent)
+			eq("prefill", s.PrefillLatency, absent)
+			eq("decode", s.DecodeLatency, absent)
+			eq("tpot", s.TimePerOutputToken, absent)
+		} else {
+			decode := w.Finish.Sub(w.FirstToken)
+			eq("ttft", s.FirstTokenLatency, lat(w.FirstToken.Sub(w.Arrival)))
+			eq("prefill", s.PrefillLatency, lat(w.FirstToken.Sub(w.FirstScheduled)))
+			eq("decode", s.DecodeLatency, lat(decode))
+			if w.OutputTokens > 1 {
+				eq("tpot", s.TimePerOutputToken, lat(decode/time.Duration(w.OutputTokens-1)))
+			} else {
+				eq("tpot", s.TimePerOutputToken, absent)
+			}
+		}
+		if len(errs) > 0 {
+			if bad++; bad >= 10 {
+				t.Fatalf("stopping after 10 mismatching requests")
+			}
+		}
+	}
+}
+
+// TestGroundTruth replays 2,000 requests of the conversation trace with the
+// default engine and checks every request's derived values against the
+// simulator's own record.
+func TestGroundTruth(t *testing.T) {
+	cfg := DefaultConfig()
+	res, got := run(t, cfg, sharedTrace(t, 2000))
+	checkTruth(t, res, got)
+	var cached, prompt, preempted int
+	for _, w := range res.Requests {
+		cached += w.CachedTokens
+		prompt += w.PromptTokens
+		if w.Preemptions > 0 {
+			preempted++
+		}
+	}
+	t.Logf("%d steps, %d preemptions in %d requests, prefix-cache hit rate %.1f%%, max running %d, max waiting %d, virtual %v",
+		res.Steps, res.Preemptions, preempted, 100*float64(cached)/float64(prompt), res.MaxRunning, res.MaxWaiting, res.End.Sub(res.Start))
+	if res.Preemptions == 0 {
+		t.Errorf("the default configuration preempted nothing; the demo should show preemptions")
+	}
+	if cached == 0 {
+		t.Errorf("no prefix-cache hits")
+	}
+}
+
+// TestGroundTruthUnderPressure runs a tiny KV cache, a small token budget
+// and chunked prefills so preemptions, recomputes with cache hits and
+// multi-chunk prefills are frequent, and checks every request again.
+func TestGroundTruthUnderPressure(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NumBlocks = 300
+	cfg.MaxModelLen = 4096
+	cfg.MaxNumBatchedTokens = 512
+	cfg.MaxNumSeqs = 32
+	w := workload.Synthetic(800, 8, 3)
+	for i := range w.Requests {
+		// Some prompts at and beyond the context window.
+		if i%97 == 0 {
+			w.Requests[i].PromptTokens = 4096 + i%3
+		}
+		if i%89 == 0 {
+			w.Requests[i].PromptTokens, w.Requests[i].OutputTokens = 4000, 500
+		}
+	}
+	res, got := run(t, cfg, w.Requests)
+	checkTruth(t, res, got)
+	var multi, recompHits, rejected, length int
+	for _, r := range res.Requests {
+		if r.Preemptions > 1 {
+			multi++
+		}
+		recompHits += r.RecomputeCachedTokens
+		switch r.FinishReason {
+		case otelstats.FinishError:
+			rejected++
+		case ReasonLength:
+			length++
+		}
+	}
+	t.Logf("%d preemptions, %d requests preempted more than once, %d recompute cache hits, %d rejected, %d cut at the context window",
+		res.Preemptions, multi, recompHits, rejected, length)
+	if multi == 0 || recompHits == 0 || rejected == 0 || length == 0 {
+		t.Errorf("the pressure run did not exercise repeated preemption, recompute hits, rejection and length cuts")
+	}
+}
