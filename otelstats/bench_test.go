@@ -32,16 +32,16 @@ import (
 )
 
 const (
-	benchModel   = "llama-3-8b"
-	promptTokens = 512 // in 2 prefill chunks in the request benchmarks
-	outputTokens = 256
-	batchSize    = 256 // requests decoding in each step of the token benchmarks
-	memRequests  = 512 // requests held in flight by the memory benchmarks
-	// engineTick is the simulated time between engine steps where the
+	benchModel        = "llama-3-8b"
+	benchPromptTokens = 512 // in 2 prefill chunks in the request benchmarks
+	benchOutputTokens = 256
+	benchBatch        = 256 // requests decoding in each step of the token benchmarks
+	benchMemRequests  = 512 // requests held in flight by the memory benchmarks
+	// benchEngineTick is the simulated time between engine steps where the
 	// benchmarks use a simulated clock: a decode step of a 256-request
 	// batch. It sets how often the tracker sweeps (once per second of
 	// recorded time), as it would in production.
-	engineTick = 20 * time.Millisecond
+	benchEngineTick = 20 * time.Millisecond
 )
 
 // benchIDs are vLLM-like request ids ("chatcmpl-" and 32 hex digits), made
@@ -55,39 +55,39 @@ var benchIDs = func() []string {
 	return ids
 }()
 
-// discardExporter is a span exporter that drops everything, counting spans.
-type discardExporter struct{ spans atomic.Int64 }
+// benchDiscardExporter is a span exporter that drops everything, counting spans.
+type benchDiscardExporter struct{ spans atomic.Int64 }
 
-func (e *discardExporter) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
+func (e *benchDiscardExporter) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
 	e.spans.Add(int64(len(s)))
 	return nil
 }
 
-func (e *discardExporter) Shutdown(context.Context) error { return nil }
+func (e *benchDiscardExporter) Shutdown(context.Context) error { return nil }
 
-// pipeline is the SDK setup both sides run through: a TracerProvider with a
+// benchPipeline is the SDK setup both sides run through: a TracerProvider with a
 // BatchSpanProcessor (SDK defaults) into a discarding exporter, and a
 // MeterProvider with a ManualReader that is never collected in the timed
 // loop.
-type pipeline struct {
+type benchPipeline struct {
 	tp     *sdktrace.TracerProvider
 	mp     *sdkmetric.MeterProvider
 	reader *sdkmetric.ManualReader
-	exp    *discardExporter
+	exp    *benchDiscardExporter
 }
 
-// newPipeline builds a pipeline. A nil sampler is the SDK default
+// newBenchPipeline builds a pipeline. A nil sampler is the SDK default
 // (ParentBased(AlwaysSample)). ours adds the IDGenerator the tracker's docs
 // ask for; the naive side keeps the SDK's.
-func newPipeline(tb testing.TB, sampler sdktrace.Sampler, ours bool) *pipeline {
-	p := buildPipeline(sampler, ours)
+func newBenchPipeline(tb testing.TB, sampler sdktrace.Sampler, ours bool) *benchPipeline {
+	p := buildBenchPipeline(sampler, ours)
 	tb.Cleanup(p.close)
 	return p
 }
 
-// buildPipeline is newPipeline without the cleanup; the caller closes it.
-func buildPipeline(sampler sdktrace.Sampler, ours bool) *pipeline {
-	p := &pipeline{reader: sdkmetric.NewManualReader(), exp: &discardExporter{}}
+// buildBenchPipeline is newBenchPipeline without the cleanup; the caller closes it.
+func buildBenchPipeline(sampler sdktrace.Sampler, ours bool) *benchPipeline {
+	p := &benchPipeline{reader: sdkmetric.NewManualReader(), exp: &benchDiscardExporter{}}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(p.exp)}
 	if sampler != nil {
 		opts = append(opts, sdktrace.WithSampler(sampler))
@@ -100,7 +100,7 @@ func buildPipeline(sampler sdktrace.Sampler, ours bool) *pipeline {
 	return p
 }
 
-func (p *pipeline) close() {
+func (p *benchPipeline) close() {
 	ctx := context.Background()
 	_ = p.tp.Shutdown(ctx)
 	_ = p.mp.Shutdown(ctx)
@@ -109,14 +109,14 @@ func (p *pipeline) close() {
 // spansPerOp flushes the batch processor and reports the spans exported per
 // op; fewer than the request's span count means the BatchSpanProcessor's
 // queue overflowed and dropped spans.
-func (p *pipeline) spansPerOp(b *testing.B) {
+func (p *benchPipeline) spansPerOp(b *testing.B) {
 	if err := p.tp.ForceFlush(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(p.exp.spans.Load())/float64(b.N), "spans/op")
 }
 
-func newTracker(tb testing.TB, p *pipeline) *otelstats.Tracker {
+func newBenchTracker(tb testing.TB, p *benchPipeline) *otelstats.Tracker {
 	tb.Helper()
 	tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(p.tp), otelstats.WithMeterProvider(p.mp))
 	if err != nil {
@@ -126,21 +126,23 @@ func newTracker(tb testing.TB, p *pipeline) *otelstats.Tracker {
 	return tr
 }
 
-// clock gives the benchmarks' times: the real clock (time.Now, what a
+// benchClock gives the benchmarks' times: the real clock (time.Now, what a
 // frontend or engine calls), or a simulated one that advances by tick per
 // engine step.
-type clock struct {
+type benchClock struct {
 	real bool
 	t    time.Time
 	tick time.Duration
 }
 
-func newClock(start time.Time, tick time.Duration) *clock { return &clock{t: start, tick: tick} }
+func newBenchClock(start time.Time, tick time.Duration) *benchClock {
+	return &benchClock{t: start, tick: tick}
+}
 
-func realClock() *clock { return &clock{real: true} }
+func realBenchClock() *benchClock { return &benchClock{real: true} }
 
 // step is the time of a new engine step.
-func (c *clock) step() time.Time {
+func (c *benchClock) step() time.Time {
 	if c.real {
 		return time.Now()
 	}
@@ -149,21 +151,21 @@ func (c *clock) step() time.Time {
 }
 
 // now is the time of a frontend update within the current step.
-func (c *clock) now() time.Time {
+func (c *benchClock) now() time.Time {
 	if c.real {
 		return time.Now()
 	}
 	return c.t
 }
 
-// engine drives a set of in-flight requests through the tracker the way an
+// benchEngine drives a set of in-flight requests through the tracker the way an
 // engine loop and its frontend would: one reused Step value per engine step,
 // and the frontend's Request handles for arrival, input processing,
 // detokenization and finish. Once its slices have grown, it allocates
 // nothing.
-type engine struct {
+type benchEngine struct {
 	tr    *otelstats.Tracker
-	clk   *clock
+	clk   *benchClock
 	ids   []string
 	reqs  []*otelstats.Request
 	step  otelstats.Step
@@ -172,13 +174,13 @@ type engine struct {
 	fin   []otelstats.Finished
 }
 
-func newEngine(tb testing.TB, tr *otelstats.Tracker, clk *clock) *engine {
-	return &engine{tr: tr, clk: clk}
+func newBenchEngine(tb testing.TB, tr *otelstats.Tracker, clk *benchClock) *benchEngine {
+	return &benchEngine{tr: tr, clk: clk}
 }
 
 // arrive records ARRIVED and INPUT_PROCESSED for ids, which become the
 // engine's requests.
-func (e *engine) arrive(tb testing.TB, ids ...string) {
+func (e *benchEngine) arrive(tb testing.TB, ids ...string) {
 	e.ids = ids
 	e.reqs, e.sched, e.dec, e.fin = e.reqs[:0], e.sched[:0], e.dec[:0], e.fin[:0]
 	for _, id := range ids {
@@ -187,7 +189,7 @@ func (e *engine) arrive(tb testing.TB, ids ...string) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := q.InputProcessed(t, promptTokens, nil); err != nil {
+		if err := q.InputProcessed(t, benchPromptTokens, nil); err != nil {
 			tb.Fatal(err)
 		}
 		e.reqs = append(e.reqs, q)
@@ -197,7 +199,7 @@ func (e *engine) arrive(tb testing.TB, ids ...string) {
 	}
 }
 
-func (e *engine) record(tb testing.TB, s otelstats.Step) {
+func (e *benchEngine) record(tb testing.TB, s otelstats.Step) {
 	s.Time = e.clk.step()
 	e.step = s
 	if err := e.tr.Step(&e.step); err != nil {
@@ -207,14 +209,14 @@ func (e *engine) record(tb testing.TB, s otelstats.Step) {
 
 // prefill queues the requests and schedules one prefill chunk per value of
 // computed (the tokens computed once the chunk is done).
-func (e *engine) prefill(tb testing.TB, computed ...int) {
+func (e *benchEngine) prefill(tb testing.TB, computed ...int) {
 	e.record(tb, otelstats.Step{Queued: e.ids})
 	for _, c := range computed {
 		e.schedule(tb, c)
 	}
 }
 
-func (e *engine) schedule(tb testing.TB, computed int) {
+func (e *benchEngine) schedule(tb testing.TB, computed int) {
 	for i := range e.sched {
 		e.sched[i].ComputedTokens = computed
 	}
@@ -222,12 +224,12 @@ func (e *engine) schedule(tb testing.TB, computed int) {
 }
 
 // decode is one engine step in which the first n requests produce a token.
-func (e *engine) decode(tb testing.TB, n int) {
+func (e *benchEngine) decode(tb testing.TB, n int) {
 	e.record(tb, otelstats.Step{Decoded: e.dec[:n]})
 }
 
 // deliver is the frontend delivering one token of every request.
-func (e *engine) deliver(tb testing.TB) {
+func (e *benchEngine) deliver(tb testing.TB) {
 	for _, q := range e.reqs {
 		if err := q.Detokenized(e.clk.now(), 1, 0); err != nil {
 			tb.Fatal(err)
@@ -235,15 +237,15 @@ func (e *engine) deliver(tb testing.TB) {
 	}
 }
 
-func (e *engine) decodeDeliver(tb testing.TB) {
+func (e *benchEngine) decodeDeliver(tb testing.TB) {
 	e.decode(tb, len(e.dec))
 	e.deliver(tb)
 }
 
-func (e *engine) preempt(tb testing.TB) { e.record(tb, otelstats.Step{Preempted: e.ids}) }
+func (e *benchEngine) preempt(tb testing.TB) { e.record(tb, otelstats.Step{Preempted: e.ids}) }
 
 // finish finishes every request on both sides.
-func (e *engine) finish(tb testing.TB) {
+func (e *benchEngine) finish(tb testing.TB) {
 	e.record(tb, otelstats.Step{Finished: e.fin})
 	for _, q := range e.reqs {
 		if err := q.Finish(e.clk.now(), otelstats.FinishStop); err != nil {
@@ -256,14 +258,14 @@ func (e *engine) finish(tb testing.TB) {
 // benchmarks' life: 512 prompt tokens in 2 prefill chunks, 128 output
 // tokens, a recompute preemption, 128 more, finish; every token decoded by
 // the engine and detokenized by the frontend.
-func (e *engine) benchRequest(tb testing.TB) {
-	e.prefill(tb, promptTokens/2, promptTokens)
-	for range outputTokens / 2 {
+func (e *benchEngine) benchRequest(tb testing.TB) {
+	e.prefill(tb, benchPromptTokens/2, benchPromptTokens)
+	for range benchOutputTokens / 2 {
 		e.decodeDeliver(tb)
 	}
 	e.preempt(tb)
-	e.schedule(tb, promptTokens+outputTokens/2)
-	for range outputTokens - outputTokens/2 {
+	e.schedule(tb, benchPromptTokens+benchOutputTokens/2)
+	for range benchOutputTokens - benchOutputTokens/2 {
 		e.decodeDeliver(tb)
 	}
 	e.finish(tb)
@@ -284,14 +286,14 @@ func TestBenchScenarios(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tr.Shutdown(context.Background()) }()
-	e := newEngine(t, tr, realClock())
+	e := newBenchEngine(t, tr, realBenchClock())
 	e.arrive(t, benchIDs[0])
 	e.benchRequest(t)
 	if len(stats) != 1 {
 		t.Fatalf("%d requests finished, want 1", len(stats))
 	}
 	s := stats[0]
-	if s.NumOutputTokens != outputTokens || s.NumPreemptions != 1 || s.NumPromptTokens.N != promptTokens {
+	if s.NumOutputTokens != benchOutputTokens || s.NumPreemptions != 1 || s.NumPromptTokens.N != benchPromptTokens {
 		t.Fatalf("stats: %d output tokens, %d preemptions, %d prompt tokens", s.NumOutputTokens, s.NumPreemptions, s.NumPromptTokens.N)
 	}
 	names := map[string]int{}
@@ -319,7 +321,7 @@ func TestBenchScenarios(t *testing.T) {
 		names[sp.Name()]++
 		events += len(sp.Events())
 	}
-	if names[attributes.SpanPrefill] != 3 || names[attributes.SpanDecode] != 2 || names[attributes.SpanQueue] != 2 || events != outputTokens {
+	if names[attributes.SpanPrefill] != 3 || names[attributes.SpanDecode] != 2 || names[attributes.SpanQueue] != 2 || events != benchOutputTokens {
 		t.Errorf("naive: spans %v, %d token events", names, events)
 	}
 	t.Logf("naive: %d spans %v, %d token events", len(rec2.Ended()), names, events)
@@ -334,26 +336,26 @@ func TestBenchScenarios(t *testing.T) {
 // started (so half of the events hit the SDK's 128-event limit, as in a real
 // 256-token request; span start and end are amortized over its tokens).
 func BenchmarkNaiveToken(b *testing.B) {
-	p := newPipeline(b, nil, false)
-	qs := naiveBatch(newNaive(b, p.tp, p.mp), batchSize)
+	p := newBenchPipeline(b, nil, false)
+	qs := naiveBatch(newNaive(b, p.tp, p.mp), benchBatch)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		q := qs[i%batchSize]
+		q := qs[i%benchBatch]
 		q.token()
-		if q.tokens%outputTokens == 0 {
+		if q.tokens%benchOutputTokens == 0 {
 			q.endDecode()
 		}
 	}
 }
 
 // naiveBatch starts n naive requests and brings them to decoding.
-func naiveBatch(n *naive, count int) []*naiveRequest {
+func naiveBatch(n *naiveInst, count int) []*naiveRequest {
 	qs := make([]*naiveRequest, count)
 	for i := range qs {
 		q := n.arrive(context.Background(), benchIDs[i], benchModel)
 		q.queued("new")
-		q.prefillChunk(promptTokens, 0)
+		q.prefillChunk(benchPromptTokens, 0)
 		qs[i] = q
 	}
 	return qs
@@ -363,15 +365,15 @@ func naiveBatch(n *naive, count int) []*naiveRequest {
 // Tracker.Step, with 256 requests in flight decoding one token each per step
 // and one Step value reused.
 func BenchmarkStepToken(b *testing.B) {
-	tr := newTracker(b, newPipeline(b, nil, true))
-	e := newEngine(b, tr, newClock(time.Now(), engineTick))
-	e.arrive(b, benchIDs[:batchSize]...)
-	e.prefill(b, promptTokens)
-	e.decode(b, batchSize) // first tokens
+	tr := newBenchTracker(b, newBenchPipeline(b, nil, true))
+	e := newBenchEngine(b, tr, newBenchClock(time.Now(), benchEngineTick))
+	e.arrive(b, benchIDs[:benchBatch]...)
+	e.prefill(b, benchPromptTokens)
+	e.decode(b, benchBatch) // first tokens
 	b.ReportAllocs()
 	b.ResetTimer()
 	for done := 0; done < b.N; {
-		n := min(batchSize, b.N-done)
+		n := min(benchBatch, b.N-done)
 		e.decode(b, n)
 		done += n
 	}
@@ -382,13 +384,13 @@ func BenchmarkStepToken(b *testing.B) {
 // BenchmarkNaiveStep1024: one op is one engine step of 1024 running requests
 // each producing one token, the naive way.
 func BenchmarkNaiveStep1024(b *testing.B) {
-	p := newPipeline(b, nil, false)
+	p := newBenchPipeline(b, nil, false)
 	qs := naiveBatch(newNaive(b, p.tp, p.mp), 1024)
 	b.ReportAllocs()
 	for b.Loop() {
 		for _, q := range qs {
 			q.token()
-			if q.tokens%outputTokens == 0 {
+			if q.tokens%benchOutputTokens == 0 {
 				q.endDecode()
 			}
 		}
@@ -398,10 +400,10 @@ func BenchmarkNaiveStep1024(b *testing.B) {
 // BenchmarkStep1024: one op is one Tracker.Step with 1024 running requests
 // each decoding one token.
 func BenchmarkStep1024(b *testing.B) {
-	tr := newTracker(b, newPipeline(b, nil, true))
-	e := newEngine(b, tr, newClock(time.Now(), engineTick))
+	tr := newBenchTracker(b, newBenchPipeline(b, nil, true))
+	e := newBenchEngine(b, tr, newBenchClock(time.Now(), benchEngineTick))
 	e.arrive(b, benchIDs[:1024]...)
-	e.prefill(b, promptTokens)
+	e.prefill(b, benchPromptTokens)
 	e.decode(b, 1024)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -412,7 +414,7 @@ func BenchmarkStep1024(b *testing.B) {
 // Per request -------------------------------------------------------------
 
 func benchNaiveRequest(b *testing.B, sampler sdktrace.Sampler) {
-	p := newPipeline(b, sampler, false)
+	p := newBenchPipeline(b, sampler, false)
 	n := newNaive(b, p.tp, p.mp)
 	b.ReportAllocs()
 	i := 0
@@ -425,8 +427,8 @@ func benchNaiveRequest(b *testing.B, sampler sdktrace.Sampler) {
 }
 
 func benchRequest(b *testing.B, sampler sdktrace.Sampler) {
-	p := newPipeline(b, sampler, true)
-	e := newEngine(b, newTracker(b, p), realClock())
+	p := newBenchPipeline(b, sampler, true)
+	e := newBenchEngine(b, newBenchTracker(b, p), realBenchClock())
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -461,8 +463,8 @@ func BenchmarkRequestUnsampled(b *testing.B) { benchRequest(b, sdktrace.NeverSam
 
 // Memory ------------------------------------------------------------------
 
-// liveHeap is the heap in use after a full collection.
-func liveHeap() uint64 {
+// benchLiveHeap is the heap in use after a full collection.
+func benchLiveHeap() uint64 {
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.GC()
@@ -470,7 +472,7 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
-var memTokens = []int{16, 4096}
+var benchMemTokens = []int{16, 4096}
 
 // BenchmarkInflightMemory reports the live heap per in-flight request
 // (B/inflight) for requests of 16 and 4096 output tokens, held mid-decode
@@ -479,38 +481,38 @@ var memTokens = []int{16, 4096}
 // timer. Request ids and the benchmark's own slices are made before the
 // first measurement; the frontend's Request handles count.
 func BenchmarkInflightMemory(b *testing.B) {
-	for _, toks := range memTokens {
+	for _, toks := range benchMemTokens {
 		b.Run("tokens="+strconv.Itoa(toks), func(b *testing.B) {
 			b.ReportAllocs()
 			var perReq float64
 			for b.Loop() {
 				b.StopTimer()
-				p := buildPipeline(nil, true)
+				p := buildBenchPipeline(nil, true)
 				tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(p.tp), otelstats.WithMeterProvider(p.mp))
 				if err != nil {
 					b.Fatal(err)
 				}
-				e := newEngine(b, tr, newClock(time.Now(), engineTick))
-				e.reqs = make([]*otelstats.Request, 0, memRequests)
-				e.sched = make([]otelstats.Scheduled, 0, memRequests)
-				e.dec = make([]otelstats.Decoded, 0, memRequests)
-				e.fin = make([]otelstats.Finished, 0, memRequests)
-				before := liveHeap()
+				e := newBenchEngine(b, tr, newBenchClock(time.Now(), benchEngineTick))
+				e.reqs = make([]*otelstats.Request, 0, benchMemRequests)
+				e.sched = make([]otelstats.Scheduled, 0, benchMemRequests)
+				e.dec = make([]otelstats.Decoded, 0, benchMemRequests)
+				e.fin = make([]otelstats.Finished, 0, benchMemRequests)
+				before := benchLiveHeap()
 				b.StartTimer()
 
-				e.arrive(b, benchIDs[:memRequests]...)
-				e.prefill(b, promptTokens)
+				e.arrive(b, benchIDs[:benchMemRequests]...)
+				e.prefill(b, benchPromptTokens)
 				for range toks / 2 {
 					e.decodeDeliver(b)
 				}
 
 				b.StopTimer()
-				after := liveHeap()
-				if tr.InFlight() != memRequests {
-					b.Fatalf("%d in flight, want %d", tr.InFlight(), memRequests)
+				after := benchLiveHeap()
+				if tr.InFlight() != benchMemRequests {
+					b.Fatalf("%d in flight, want %d", tr.InFlight(), benchMemRequests)
 				}
 				runtime.KeepAlive(e)
-				perReq += (float64(after) - float64(before)) / memRequests
+				perReq += (float64(after) - float64(before)) / benchMemRequests
 				_ = tr.Shutdown(context.Background())
 				p.close()
 				b.StartTimer()
@@ -523,22 +525,22 @@ func BenchmarkInflightMemory(b *testing.B) {
 // BenchmarkNaiveInflightMemory is the naive twin: live root and decode
 // spans (the latter holding up to 128 token events) per in-flight request.
 func BenchmarkNaiveInflightMemory(b *testing.B) {
-	for _, toks := range memTokens {
+	for _, toks := range benchMemTokens {
 		b.Run("tokens="+strconv.Itoa(toks), func(b *testing.B) {
 			b.ReportAllocs()
 			var perReq float64
 			for b.Loop() {
 				b.StopTimer()
-				p := buildPipeline(nil, false)
+				p := buildBenchPipeline(nil, false)
 				n := newNaive(b, p.tp, p.mp)
-				qs := make([]*naiveRequest, 0, memRequests)
-				before := liveHeap()
+				qs := make([]*naiveRequest, 0, benchMemRequests)
+				before := benchLiveHeap()
 				b.StartTimer()
 
-				for _, id := range benchIDs[:memRequests] {
+				for _, id := range benchIDs[:benchMemRequests] {
 					q := n.arrive(context.Background(), id, benchModel)
 					q.queued("new")
-					q.prefillChunk(promptTokens, 0)
+					q.prefillChunk(benchPromptTokens, 0)
 					qs = append(qs, q)
 				}
 				for range toks / 2 {
@@ -548,9 +550,9 @@ func BenchmarkNaiveInflightMemory(b *testing.B) {
 				}
 
 				b.StopTimer()
-				after := liveHeap()
+				after := benchLiveHeap()
 				runtime.KeepAlive(qs)
-				perReq += (float64(after) - float64(before)) / memRequests
+				perReq += (float64(after) - float64(before)) / benchMemRequests
 				p.close()
 				b.StartTimer()
 			}
@@ -561,9 +563,9 @@ func BenchmarkNaiveInflightMemory(b *testing.B) {
 
 // Concurrency -------------------------------------------------------------
 
-// mutexWait is the runtime's cumulative time goroutines spent blocked on a
+// benchMutexWait is the runtime's cumulative time goroutines spent blocked on a
 // sync.Mutex or RWMutex (or a runtime-internal lock).
-func mutexWait() float64 {
+func benchMutexWait() float64 {
 	s := []metrics.Sample{{Name: "/sync/mutex/wait/total:seconds"}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindFloat64 {
@@ -579,6 +581,8 @@ func mutexWait() float64 {
 // (mutex-wait-ns/op) and the tokens the engine recorded meanwhile
 // (engine-tok/op). Variants:
 //
+//   - serial: one goroutine, a plain loop, no engine: the reference for
+//     scaling (with no shared lock, parallel ns/op is about half of it).
 //   - frontend-only: no engine goroutine.
 //   - with-engine: the engine steps concurrently, unthrottled.
 //   - global-lock-reference: as with-engine, but every call goes through
@@ -586,17 +590,17 @@ func mutexWait() float64 {
 //     the same metrics.
 func BenchmarkParallelDeliveries(b *testing.B) {
 	for _, v := range []struct {
-		name          string
-		engine, glock bool
-	}{{"frontend-only", false, false}, {"with-engine", true, false}, {"global-lock-reference", true, true}} {
+		name                  string
+		serial, engine, glock bool
+	}{{"serial", true, false, false}, {"frontend-only", false, false, false}, {"with-engine", false, true, false}, {"global-lock-reference", false, true, true}} {
 		b.Run(v.name, func(b *testing.B) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 			const procs = 2 // RunParallel goroutines: GOMAXPROCS × parallelism 1
-			tr := newTracker(b, newPipeline(b, nil, true))
-			e := newEngine(b, tr, realClock())
-			e.arrive(b, benchIDs[:batchSize]...)
-			e.prefill(b, promptTokens)
-			e.decode(b, batchSize)
+			tr := newBenchTracker(b, newBenchPipeline(b, nil, true))
+			e := newBenchEngine(b, tr, realBenchClock())
+			e.arrive(b, benchIDs[:benchBatch]...)
+			e.prefill(b, benchPromptTokens)
+			e.decode(b, benchBatch)
 
 			var glock sync.Mutex
 			lock := func() {
@@ -635,33 +639,41 @@ func BenchmarkParallelDeliveries(b *testing.B) {
 			}
 			var next atomic.Int32
 			b.ReportAllocs()
-			w0 := mutexWait()
+			w0 := benchMutexWait()
 			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				w := int(next.Add(1) - 1)
-				if w >= procs {
-					b.Error("more RunParallel goroutines than request partitions")
-					return
+			if v.serial {
+				for i := range b.N {
+					if err := e.reqs[i%benchBatch].Detokenized(time.Now(), 1, 0); err != nil {
+						b.Fatal(err)
+					}
 				}
-				mine := e.reqs[w*batchSize/procs : (w+1)*batchSize/procs]
-				i := 0
-				for pb.Next() {
-					lock()
-					err := mine[i].Detokenized(time.Now(), 1, 0)
-					unlock()
-					if err != nil {
-						b.Error(err)
+			} else {
+				b.RunParallel(func(pb *testing.PB) {
+					w := int(next.Add(1) - 1)
+					if w >= procs {
+						b.Error("more RunParallel goroutines than request partitions")
 						return
 					}
-					if i++; i == len(mine) {
-						i = 0
+					mine := e.reqs[w*benchBatch/procs : (w+1)*benchBatch/procs]
+					i := 0
+					for pb.Next() {
+						lock()
+						err := mine[i].Detokenized(time.Now(), 1, 0)
+						unlock()
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if i++; i == len(mine) {
+							i = 0
+						}
 					}
-				}
-			})
+				})
+			}
 			b.StopTimer()
 			close(stop)
 			wg.Wait()
-			b.ReportMetric((mutexWait()-w0)*1e9/float64(b.N), "mutex-wait-ns/op")
+			b.ReportMetric((benchMutexWait()-w0)*1e9/float64(b.N), "mutex-wait-ns/op")
 			b.ReportMetric(float64(engineTok.Load())/float64(b.N), "engine-tok/op")
 		})
 	}

@@ -30,16 +30,16 @@ import (
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
-// naive is the hand-written instrumentation's state for one process.
-type naive struct {
+// naiveInst is the hand-written instrumentation's state for one process.
+type naiveInst struct {
 	tracer         trace.Tracer
 	ttft, itl, e2e metric.Float64Histogram
 }
 
-func newNaive(tb testing.TB, tp trace.TracerProvider, mp metric.MeterProvider) *naive {
+func newNaive(tb testing.TB, tp trace.TracerProvider, mp metric.MeterProvider) *naiveInst {
 	tb.Helper()
 	m := mp.Meter("naive")
-	n := &naive{tracer: tp.Tracer("naive")}
+	n := &naiveInst{tracer: tp.Tracer("naive")}
 	var err error
 	hist := func(name string, bounds []float64) metric.Float64Histogram {
 		h, e := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(bounds...))
@@ -61,7 +61,7 @@ func newNaive(tb testing.TB, tp trace.TracerProvider, mp metric.MeterProvider) *
 // root span, the live span of the current phase (queue or prefill chunk) and
 // the live decode span that collects one event per token.
 type naiveRequest struct {
-	n         *naive
+	n         *naiveInst
 	ctx       context.Context // carries the root span
 	root      trace.Span
 	phase     trace.Span // queue or prefill chunk, nil between phases
@@ -73,7 +73,7 @@ type naiveRequest struct {
 	tokens    int
 }
 
-func (n *naive) arrive(ctx context.Context, id, model string) *naiveRequest {
+func (n *naiveInst) arrive(ctx context.Context, id, model string) *naiveRequest {
 	ctx, root := n.tracer.Start(ctx, attributes.RootSpanName("chat", model),
 		trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(
@@ -159,17 +159,17 @@ func (q *naiveRequest) finish(reason string) {
 // naiveBenchRequest is one whole request of the request benchmarks, the
 // naive way: 512 prompt tokens in 2 prefill chunks, 128 output tokens, a
 // recompute preemption, 128 more output tokens, finish.
-func naiveBenchRequest(n *naive, id string) {
+func naiveBenchRequest(n *naiveInst, id string) {
 	q := n.arrive(context.Background(), id, benchModel)
 	q.queued("new")
-	q.prefillChunk(promptTokens/2, 0)
-	q.prefillChunk(promptTokens, 0)
-	for range outputTokens / 2 {
+	q.prefillChunk(benchPromptTokens/2, 0)
+	q.prefillChunk(benchPromptTokens, 0)
+	for range benchOutputTokens / 2 {
 		q.token()
 	}
 	q.preempted()
-	q.prefillChunk(promptTokens+outputTokens/2, 0)
-	for range outputTokens - outputTokens/2 {
+	q.prefillChunk(benchPromptTokens+benchOutputTokens/2, 0)
+	for range benchOutputTokens - benchOutputTokens/2 {
 		q.token()
 	}
 	q.finish(otelstats.FinishStop)
@@ -189,9 +189,9 @@ func TestNaiveLosesTokenEvents(t *testing.T) {
 	n := newNaive(t, tp, mp)
 	q := n.arrive(context.Background(), "r", benchModel)
 	q.queued("new")
-	q.prefillChunk(promptTokens, 0)
-	after := make([]time.Time, outputTokens) // just after each token was recorded
-	for i := range outputTokens {
+	q.prefillChunk(benchPromptTokens, 0)
+	after := make([]time.Time, benchOutputTokens) // just after each token was recorded
+	for i := range benchOutputTokens {
 		q.token()
 		after[i] = time.Now()
 	}
@@ -208,9 +208,9 @@ func TestNaiveLosesTokenEvents(t *testing.T) {
 	}
 	kept, dropped := len(dec.Events()), dec.DroppedEvents()
 	t.Logf("naive decode span of %d tokens: %d token events kept, %d dropped (SDK default EventCountLimit %d)",
-		outputTokens, kept, dropped, sdktrace.DefaultEventCountLimit)
-	if kept != sdktrace.DefaultEventCountLimit || kept+dropped != outputTokens {
-		t.Fatalf("kept %d, dropped %d token events of %d; want %d kept", kept, dropped, outputTokens, sdktrace.DefaultEventCountLimit)
+		benchOutputTokens, kept, dropped, sdktrace.DefaultEventCountLimit)
+	if kept != sdktrace.DefaultEventCountLimit || kept+dropped != benchOutputTokens {
+		t.Fatalf("kept %d, dropped %d token events of %d; want %d kept", kept, dropped, benchOutputTokens, sdktrace.DefaultEventCountLimit)
 	}
 	// The SDK evicts the oldest events: what is lost is the start of the
 	// decode, including the first token's event (the TTFT instant).
@@ -219,7 +219,7 @@ func TestNaiveLosesTokenEvents(t *testing.T) {
 		t.Fatalf("first kept event at %v is not token %d's", first, dropped+1)
 	}
 	t.Logf("the kept events are tokens %d..%d: tokens 1..%d, including the first token's event, are gone",
-		dropped+1, outputTokens, dropped)
+		dropped+1, benchOutputTokens, dropped)
 
 	// The tracker: the same request keeps all 256 tokens (as counts, ITL
 	// histogram and span attributes) without any per-token event.
@@ -234,16 +234,16 @@ func TestNaiveLosesTokenEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tr.Shutdown(context.Background()) }()
-	clk := newClock(time.Now(), time.Millisecond)
-	e := newEngine(t, tr, clk)
+	clk := newBenchClock(time.Now(), time.Millisecond)
+	e := newBenchEngine(t, tr, clk)
 	e.arrive(t, "r")
-	e.prefill(t, promptTokens)
-	for range outputTokens {
+	e.prefill(t, benchPromptTokens)
+	for range benchOutputTokens {
 		e.decodeDeliver(t)
 	}
 	e.finish(t)
-	if len(stats) != 1 || stats[0].NumOutputTokens != outputTokens {
-		t.Fatalf("tracker stats %+v, want %d output tokens", stats, outputTokens)
+	if len(stats) != 1 || stats[0].NumOutputTokens != benchOutputTokens {
+		t.Fatalf("tracker stats %+v, want %d output tokens", stats, benchOutputTokens)
 	}
 	var rm metricdata.ResourceMetrics
 	if err := reader2.Collect(context.Background(), &rm); err != nil {
@@ -259,8 +259,8 @@ func TestNaiveLosesTokenEvents(t *testing.T) {
 			}
 		}
 	}
-	if itl != outputTokens-1 {
-		t.Fatalf("tracker ITL count %d, want %d", itl, outputTokens-1)
+	if itl != benchOutputTokens-1 {
+		t.Fatalf("tracker ITL count %d, want %d", itl, benchOutputTokens-1)
 	}
 	t.Logf("tracker: %d output tokens and %d ITL gaps recorded, %d spans", stats[0].NumOutputTokens, itl, len(rec2.Ended()))
 }
