@@ -1,0 +1,397 @@
+package transport
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// Magic and Version open every binary stream.
+const (
+	Magic   = "LLMT"
+	Version = 1
+)
+
+// headerLen is the length of the stream header (magic + version).
+const headerLen = len(Magic) + 1
+
+// Frame types.
+const (
+	FrameHello  byte = 0x01
+	FrameUpdate byte = 0x02
+)
+
+// Field ids of an UPDATE frame. Ids below 0x40 carry a uvarint, ids from
+// 0x40 to 0x7F a string.
+const (
+	fieldPromptTokens   byte = 0x01
+	fieldComputedTokens byte = 0x02
+	fieldCachedTokens   byte = 0x03
+	fieldNewTokens      byte = 0x04
+	fieldBusyNs         byte = 0x05
+	fieldModel          byte = 0x40
+	fieldOperation      byte = 0x41
+	fieldScope          byte = 0x42
+	fieldFinishReason   byte = 0x43
+	fieldErrorType      byte = 0x44
+	fieldSampling       byte = 0x45
+)
+
+const (
+	flagSideMask = 0x03
+	flagMono     = 0x04
+	flagsKnown   = flagSideMask | flagMono
+)
+
+// DefaultMaxFrame bounds a frame's length (type + body).
+const DefaultMaxFrame = 64 << 10
+
+// MaxProducerName bounds a HELLO's producer name.
+const MaxProducerName = 256
+
+// Errors of DecodeFrame.
+var (
+	// ErrIncomplete: the buffer ends inside the frame; read more.
+	ErrIncomplete = errors.New("transport: incomplete frame")
+	// ErrFrameSize: the length is 0 or above the maximum. The stream cannot
+	// be resynchronised.
+	ErrFrameSize = errors.New("transport: frame length out of range")
+	// ErrMalformed: the frame's body does not decode; skip the frame.
+	ErrMalformed = errors.New("transport: malformed frame")
+)
+
+// Hello is a producer's clock anchor: its wall clock and monotonic clock
+// read at the same instant.
+type Hello struct {
+	Producer string
+	WallNs   int64 // Unix nanoseconds
+	MonoNs   int64 // the producer's monotonic clock, nanoseconds
+}
+
+// Stamp is an update's time as sent: Unix nanoseconds, or nanoseconds on the
+// producer's monotonic clock when Mono is set.
+type Stamp struct {
+	Ns   int64
+	Mono bool
+}
+
+// Frame is one decoded frame.
+type Frame struct {
+	Type  byte
+	Hello Hello // FrameHello
+	// Update is the FrameUpdate's update; its Time is unset until the stream's
+	// clock maps Stamp.
+	Update otelstats.Update
+	Stamp  Stamp
+	// Reject is set, with Update and Stamp filled as far as they decoded,
+	// when the frame is well formed but the update lacks a required field:
+	// the frame is consumed and the update rejected.
+	Reject *otelstats.RejectError
+}
+
+// AppendHeader appends the binary stream header.
+func AppendHeader(dst []byte) []byte { return append(append(dst, Magic...), Version) }
+
+// AppendHello appends a HELLO frame.
+func AppendHello(dst []byte, h Hello) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, FrameHello)
+	dst = binary.AppendUvarint(dst, uint64(max(h.WallNs, 0)))
+	dst = binary.AppendUvarint(dst, uint64(max(h.MonoNs, 0)))
+	name := h.Producer
+	if len(name) > MaxProducerName {
+		name = name[:MaxProducerName]
+	}
+	dst = appendString(dst, name)
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
+	return dst
+}
+
+// AppendUpdate appends u as an UPDATE frame stamped with s (u.Time is not
+// read). Fields are written when the kind needs them or they are set.
+func AppendUpdate(dst []byte, u *otelstats.Update, s Stamp) []byte {
+	start := len(dst)
+	flags := byte(u.Side) & flagSideMask
+	if s.Mono {
+		flags |= flagMono
+	}
+	dst = append(dst, 0, 0, 0, 0, FrameUpdate, byte(u.Kind), flags)
+	dst = binary.AppendUvarint(dst, uint64(max(s.Ns, 0)))
+	dst = appendString(dst, u.RequestID)
+	num := func(id byte, v int, on bool) {
+		if on {
+			dst = append(dst, id)
+			dst = binary.AppendUvarint(dst, uint64(max(v, 0)))
+		}
+	}
+	str := func(id byte, v string) {
+		if v != "" {
+			dst = append(dst, id)
+			dst = appendString(dst, v)
+		}
+	}
+	k := u.Kind
+	num(fieldPromptTokens, u.NumPromptTokens, k == otelstats.KindInputProcessed || u.NumPromptTokens > 0)
+	num(fieldComputedTokens, u.NumComputedTokens, k == otelstats.KindPrefilling || u.NumComputedTokens > 0)
+	num(fieldCachedTokens, u.NumCachedTokens, k == otelstats.KindPrefilling || u.NumCachedTokens > 0)
+	num(fieldNewTokens, u.NumNewTokens, k == otelstats.KindDetokenized || u.NumNewTokens > 0)
+	num(fieldBusyNs, int(u.Busy), u.Busy > 0)
+	str(fieldModel, u.Model)
+	str(fieldOperation, u.Operation)
+	str(fieldScope, u.Scope)
+	str(fieldFinishReason, u.FinishReason)
+	str(fieldErrorType, u.ErrorType)
+	if u.Sampling != nil {
+		if b, err := json.Marshal(u.Sampling); err == nil && string(b) != "{}" {
+			dst = append(dst, fieldSampling)
+			dst = binary.AppendUvarint(dst, uint64(len(b)))
+			dst = append(dst, b...)
+		}
+	}
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
+	return dst
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// FrameLen reads the length prefix at the start of b: the whole frame is
+// 4+FrameLen bytes. It returns ErrIncomplete when b is shorter than 4 and
+// ErrFrameSize when the length is out of range.
+func FrameLen(b []byte, maxFrame int) (int, error) {
+	if len(b) < 4 {
+		return 0, ErrIncomplete
+	}
+	n := binary.BigEndian.Uint32(b)
+	if n == 0 || uint64(n) > uint64(maxFrame) {
+		return 0, ErrFrameSize
+	}
+	return int(n), nil
+}
+
+// DecodeFrame decodes the frame at the start of b and returns it with the
+// number of bytes it took. On ErrIncomplete, read more and call again; on
+// ErrFrameSize the stream is lost; on an error wrapping ErrMalformed (or a
+// frame of an unknown type, returned without error) skip n bytes and go on.
+// A frame with Reject set decoded but carries an update to reject.
+func DecodeFrame(b []byte, maxFrame int) (f Frame, n int, err error) {
+	l, err := FrameLen(b, maxFrame)
+	if err != nil {
+		return f, 0, err
+	}
+	if len(b) < 4+l {
+		return f, 0, ErrIncomplete
+	}
+	n = 4 + l
+	f.Type = b[4]
+	body := b[5:n]
+	switch f.Type {
+	case FrameHello:
+		err = decodeHello(body, &f.Hello)
+	case FrameUpdate:
+		err = decodeUpdate(body, &f)
+	}
+	return f, n, err
+}
+
+type malformed string
+
+func (m malformed) Error() string        { return "transport: malformed frame: " + string(m) }
+func (m malformed) Unwrap() error        { return ErrMalformed }
+func (m malformed) Is(target error) bool { return target == ErrMalformed }
+
+// reader walks a frame body.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = malformed("bad varint in " + what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// int63 reads a uvarint that must fit an int64.
+func (r *reader) int63(what string) int64 {
+	v := r.uvarint(what)
+	if v > math.MaxInt64 {
+		r.fail(what + " out of range")
+		return 0
+	}
+	return int64(v)
+}
+
+func (r *reader) bytes(what string, limit int) []byte {
+	l := r.uvarint(what + " length")
+	if r.err != nil {
+		return nil
+	}
+	if l > uint64(len(r.b)) {
+		r.err = malformed(what + " runs past the frame")
+		return nil
+	}
+	if l > uint64(limit) {
+		r.err = malformed(what + " longer than " + strconv.Itoa(limit) + " bytes")
+		return nil
+	}
+	s := r.b[:l]
+	r.b = r.b[l:]
+	return s
+}
+
+func (r *reader) byte1(what string) byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) == 0 {
+		r.err = malformed("frame ends before " + what)
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) fail(msg string) {
+	if r.err == nil {
+		r.err = malformed(msg)
+	}
+}
+
+func decodeHello(body []byte, h *Hello) error {
+	r := reader{b: body}
+	h.WallNs = r.int63("wall_ns")
+	h.MonoNs = r.int63("mono_ns")
+	h.Producer = string(r.bytes("producer", MaxProducerName))
+	if r.err == nil && h.WallNs <= 0 {
+		r.fail("wall_ns must be positive")
+	}
+	return r.err
+}
+
+// maxString bounds any string field of an update; the tracker applies its
+// own, tighter limits per field.
+const maxString = 4096
+
+func decodeUpdate(body []byte, f *Frame) error {
+	r := reader{b: body}
+	u := &f.Update
+	k := otelstats.Kind(r.byte1("kind"))
+	flags := r.byte1("flags")
+	f.Stamp.Ns = r.int63("time_ns")
+	id := r.bytes("request_id", otelstats.MaxIDLength)
+	if r.err != nil {
+		return r.err
+	}
+	if !k.Valid() {
+		return malformed("unknown kind " + strconv.Itoa(int(k)))
+	}
+	if flags&^flagsKnown != 0 || flags&flagSideMask == 3 {
+		return malformed("unknown flags 0x" + strconv.FormatUint(uint64(flags), 16))
+	}
+	if len(id) == 0 {
+		return malformed("empty request_id")
+	}
+	u.Kind = k
+	u.Side = otelstats.Side(flags & flagSideMask)
+	f.Stamp.Mono = flags&flagMono != 0
+	u.RequestID = string(id)
+
+	var seen uint64 // bit per numeric field id
+	for len(r.b) > 0 && r.err == nil {
+		id := r.byte1("field id")
+		switch {
+		case id == 0 || id >= 0x80:
+			r.fail("bad field id 0x" + strconv.FormatUint(uint64(id), 16))
+		case id < 0x40:
+			v := r.uvarint("field")
+			if r.err != nil {
+				break
+			}
+			seen |= 1 << id
+			if id == fieldBusyNs {
+				if v > uint64(1e6*float64(time.Second)) {
+					r.fail("busy_ns out of range")
+				}
+				u.Busy = time.Duration(v)
+				break
+			}
+			if v > otelstats.MaxTokenCount {
+				v = otelstats.MaxTokenCount + 1 // the tracker rejects it as absurd
+			}
+			switch id {
+			case fieldPromptTokens:
+				u.NumPromptTokens = int(v)
+			case fieldComputedTokens:
+				u.NumComputedTokens = int(v)
+			case fieldCachedTokens:
+				u.NumCachedTokens = int(v)
+			case fieldNewTokens:
+				u.NumNewTokens = int(v)
+			}
+		default:
+			s := r.bytes("field", maxString)
+			if r.err != nil {
+				break
+			}
+			switch id {
+			case fieldModel:
+				u.Model = string(s)
+			case fieldOperation:
+				u.Operation = string(s)
+			case fieldScope:
+				u.Scope = string(s)
+			case fieldFinishReason:
+				u.FinishReason = string(s)
+			case fieldErrorType:
+				u.ErrorType = string(s)
+			case fieldSampling:
+				var sp otelstats.SamplingParams
+				if err := json.Unmarshal(s, &sp); err != nil {
+					r.fail("sampling_params is not a JSON object of sampling params")
+					break
+				}
+				u.Sampling = &sp
+			}
+		}
+	}
+	if r.err != nil {
+		return r.err
+	}
+	need := func(field byte, name string) {
+		if f.Reject == nil && seen&(1<<field) == 0 {
+			f.Reject = &otelstats.RejectError{RequestID: u.RequestID, Kind: k, Side: u.Side,
+				Reason: otelstats.ReasonMissingPayload, Detail: name + " is required on " + k.String()}
+		}
+	}
+	switch k {
+	case otelstats.KindInputProcessed:
+		need(fieldPromptTokens, "num_prompt_tokens")
+	case otelstats.KindPrefilling:
+		need(fieldComputedTokens, "num_computed_tokens")
+		need(fieldCachedTokens, "num_cached_tokens")
+	case otelstats.KindDetokenized:
+		need(fieldNewTokens, "num_new_tokens")
+	case otelstats.KindDecoding:
+		if seen&(1<<fieldNewTokens) != 0 && u.NumNewTokens == 0 {
+			f.Reject = &otelstats.RejectError{RequestID: u.RequestID, Kind: k, Side: u.Side,
+				Reason: otelstats.ReasonMissingPayload, Detail: "DECODING with num_new_tokens 0"}
+		}
+	}
+	return nil
+}
