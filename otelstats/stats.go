@@ -147,7 +147,11 @@ func appendTime(dst []byte, k string, t time.Time) []byte {
 	if t.IsZero() {
 		return dst
 	}
-	dst = appendKey(dst, k, false)
+	return appendUnix(appendKey(dst, k, false), t)
+}
+
+// appendUnix writes t as exact decimal Unix seconds, e.g. 1700000000.301.
+func appendUnix(dst []byte, t time.Time) []byte {
 	ns := t.UnixNano()
 	dst = strconv.AppendInt(dst, ns/1e9, 10)
 	frac := ns % 1e9

@@ -73,6 +73,9 @@ func ParseUpdate(line []byte) (Update, error) {
 	if err := json.Unmarshal(l.RequestID, &u.RequestID); err != nil {
 		return u, &RejectError{Reason: ReasonMalformed, Detail: "request_id must be a string"}
 	}
+	if u.RequestID == "" {
+		return u, &RejectError{Reason: ReasonMissingRequestID}
+	}
 	if len(u.RequestID) > MaxIDLength {
 		return u, reject(&u, SideAuto, ReasonTooLong, "request id longer than "+strconv.Itoa(MaxIDLength)+" bytes")
 	}
@@ -242,7 +245,7 @@ func AppendUpdateJSON(dst []byte, u *Update) []byte {
 	dst = append(dst, `,"type":"`...)
 	dst = append(dst, u.Kind.String()...)
 	dst = append(dst, `","ts":`...)
-	dst = strconv.AppendFloat(dst, float64(u.Time.UnixNano())/1e9, 'f', 9, 64)
+	dst = appendUnix(dst, u.Time)
 	if u.Side != SideAuto {
 		dst = append(dst, `,"side":"`...)
 		dst = append(dst, u.Side.String()...)

@@ -1,0 +1,5 @@
+//go:build race
+
+package otelstats
+
+const raceEnabled = true

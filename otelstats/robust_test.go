@@ -1,0 +1,304 @@
+package otelstats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/llmtrace/llmtrace/attributes"
+)
+
+func TestAbandonedAfterTTL(t *testing.T) {
+	h := newHarness(t, WithRequestTTL(time.Minute))
+	h.must(Update{RequestID: "gone", Kind: KindArrived, Time: at(0), Model: "m"})
+	h.must(Update{RequestID: "gone", Kind: KindQueued, Time: at(5)})
+	h.must(Update{RequestID: "gone", Kind: KindPrefilling, Time: at(10), NumComputedTokens: 4})
+	h.must(Update{RequestID: "gone", Kind: KindDecoding, Time: at(50)})
+	// Another request keeps the clock moving.
+	h.must(Update{RequestID: "alive", Kind: KindArrived, Time: at(59_000), Model: "m"})
+	if len(h.stats) != 0 {
+		t.Fatal("ended before the TTL")
+	}
+	h.tr.Sweep(at(60_050)) // 60 s after the last update at 50 ms
+	s := h.statsOf("gone")
+	if s.FinishReason != FinishAbandoned || s.ErrorType != FinishAbandoned {
+		t.Fatalf("reason %q error.type %q, want abandoned", s.FinishReason, s.ErrorType)
+	}
+	wantLatency(t, "e2e ends at the last update", s.E2ELatency, 50)
+	wantLatency(t, "ttft", s.FirstTokenLatency, 50)
+	if n := h.counter(attributes.MetricRequests, attributes.FinishReason.String(FinishAbandoned)); n != 1 {
+		t.Fatalf("abandoned requests counted %d, want 1", n)
+	}
+	names := map[string]bool{}
+	for _, sp := range h.rec.Ended() {
+		names[sp.Name()] = true
+	}
+	for _, n := range []string{"chat m", attributes.SpanQueue, attributes.SpanPrefill, attributes.SpanDecode} {
+		if !names[n] {
+			t.Errorf("partial span %s not exported", n)
+		}
+	}
+	if h.tr.InFlight() != 1 {
+		t.Fatalf("in flight %d, want 1", h.tr.InFlight())
+	}
+}
+
+func TestInFlightCapEvictsOldest(t *testing.T) {
+	h := newHarness(t, WithMaxInFlight(1))
+	h.must(Update{RequestID: "old", Kind: KindArrived, Time: at(0), Model: "m"})
+	h.must(Update{RequestID: "new", Kind: KindArrived, Time: at(1), Model: "m"})
+	// The cap is per tracker; eviction takes the oldest of the arriving
+	// request's shard, so with one request per shard the total may exceed
+	// the cap by at most the shard count.
+	if h.tr.InFlight() > 1+numShards {
+		t.Fatalf("in flight %d", h.tr.InFlight())
+	}
+	for i := range 200 {
+		h.must(Update{RequestID: "r" + strconv.Itoa(i), Kind: KindArrived, Time: at(float64(2 + i)), Model: "m"})
+	}
+	if n := h.tr.InFlight(); n > numShards+1 {
+		t.Fatalf("in flight %d after 200 arrivals with cap 1, want at most %d", n, numShards+1)
+	}
+	ev := h.counter(attributes.MetricRequestsEvicted)
+	if ev < 150 {
+		t.Fatalf("evicted %d, want most of 202", ev)
+	}
+	if n := h.counter(attributes.MetricRequests, attributes.FinishReason.String(FinishEvicted)); n != ev {
+		t.Fatalf("requests{evicted} = %d, evicted counter %d", n, ev)
+	}
+}
+
+// A flood of random model names keeps the metric series bounded.
+func TestModelCardinalityBounded(t *testing.T) {
+	for _, fixed := range []bool{false, true} {
+		t.Run(fmt.Sprint("fixed=", fixed), func(t *testing.T) {
+			var opts []Option
+			if fixed {
+				opts = append(opts, WithModels("llama", "qwen"))
+			}
+			h := newHarness(t, opts...)
+			for i := range 2000 {
+				id := "r" + strconv.Itoa(i)
+				model := fmt.Sprintf("model-%x", rand.Uint64())
+				if i%3 == 0 {
+					model = "llama"
+				}
+				h.must(Update{RequestID: id, Kind: KindArrived, Time: at(float64(i)), Model: model})
+				h.must(Update{RequestID: id, Kind: KindFinished, Time: at(float64(i) + 0.5), FinishReason: "stop"})
+			}
+			d := h.metrics()[attributes.MetricRequests].(metricdata.Sum[int64])
+			limit := DefaultMaxModels + 1
+			if fixed {
+				limit = 2
+			}
+			if len(d.DataPoints) > limit {
+				t.Fatalf("%d series for llm.server.requests, want ≤ %d", len(d.DataPoints), limit)
+			}
+			var total int64
+			for _, p := range d.DataPoints {
+				total += p.Value
+			}
+			if total != 2000 {
+				t.Fatalf("counted %d requests, want 2000", total)
+			}
+			if n := h.counter(attributes.MetricRequests, attributes.RequestModel.String("llama")); n != 667 {
+				t.Fatalf("llama kept its name for %d requests, want 667", n)
+			}
+		})
+	}
+}
+
+// badCase is one entry of the bad-input catalogue for the Go API and the
+// update log: each gets a typed rejection and a count, and the valid
+// request recorded around it is unaffected.
+type badCase struct {
+	name   string
+	line   string  // an update-log line, or
+	u      *Update // a Go update
+	reason Reason
+}
+
+func badCatalogue() []badCase {
+	id := strings.Repeat("x", 10<<20)
+	return []badCase{
+		{name: "invalid JSON", line: `{"request_id":"v","type":`, reason: ReasonMalformed},
+		{name: "not an object", line: `[1,2,3]`, reason: ReasonMalformed},
+		{name: "two objects on a line", line: `{"request_id":"v","type":"QUEUED","ts":1}{}`, reason: ReasonMalformed},
+		{name: "request id not a string", line: `{"request_id":7,"type":"QUEUED","ts":1700000000}`, reason: ReasonMalformed},
+		{name: "missing request id", line: `{"type":"QUEUED","ts":1700000000}`, reason: ReasonMissingRequestID},
+		{name: "unknown kind", line: `{"request_id":"v","type":"TELEPORTED","ts":1700000000}`, reason: ReasonUnknownKind},
+		{name: "kind out of vLLM range", line: `{"request_id":"v","type":9,"ts":1700000000}`, reason: ReasonUnknownKind},
+		{name: "ts missing", line: `{"request_id":"v","type":"QUEUED"}`, reason: ReasonBadTimestamp},
+		{name: "ts negative", line: `{"request_id":"v","type":"QUEUED","ts":-5}`, reason: ReasonBadTimestamp},
+		{name: "ts a string", line: `{"request_id":"v","type":"QUEUED","ts":"now"}`, reason: ReasonMalformed},
+		{name: "ts infinite", line: `{"request_id":"v","type":"QUEUED","ts":1e400}`, reason: ReasonBadTimestamp},
+		{name: "ts year 3000", line: `{"request_id":"v","type":"QUEUED","ts":32503680000}`, reason: ReasonBadTimestamp},
+		{name: "count not an integer", line: `{"request_id":"v","type":"DECODING","ts":1700000000.5,"num_new_tokens":1.5}`, reason: ReasonMalformed},
+		{name: "count negative", line: `{"request_id":"v","type":"DETOKENIZED","ts":1700000000.5,"num_new_tokens":-1}`, reason: ReasonNegativeCount},
+		{name: "count absurd", line: `{"request_id":"v","type":"INPUT_PROCESSED","ts":1700000000.5,"num_prompt_tokens":99999999999999}`, reason: ReasonAbsurdCount},
+		{name: "count overflows int64", line: `{"request_id":"v","type":"INPUT_PROCESSED","ts":1700000000.5,"num_prompt_tokens":1e99}`, reason: ReasonMalformed},
+		{name: "PREFILLING without payload", line: `{"request_id":"v","type":"PREFILLING","ts":1700000000.5}`, reason: ReasonMissingPayload},
+		{name: "FINISHED without reason", line: `{"request_id":"v","type":"FINISHED","ts":1700000000.5}`, reason: ReasonMissingPayload},
+		{name: "unknown side", line: `{"request_id":"v","type":"FINISHED","ts":1700000000.5,"side":"gpu","finish_reason":"stop"}`, reason: ReasonWrongSide},
+		{name: "10 MB request id", u: &Update{RequestID: id, Kind: KindQueued, Time: time.Unix(1700000000, 0)}, reason: ReasonTooLong},
+		{name: "10 MB model", u: &Update{RequestID: "w", Kind: KindArrived, Time: time.Unix(1700000000, 0), Model: id}, reason: ReasonTooLong},
+		{name: "zero time", u: &Update{RequestID: "v", Kind: KindQueued}, reason: ReasonBadTimestamp},
+		{name: "kind zero", u: &Update{RequestID: "v", Time: time.Unix(1700000000, 0)}, reason: ReasonUnknownKind},
+		{name: "wrong side", u: &Update{RequestID: "v", Kind: KindDecoding, Side: SideFrontend, Time: time.Unix(1700000000, 1)}, reason: ReasonWrongSide},
+		{name: "duplicate ARRIVED", u: &Update{RequestID: "v", Kind: KindArrived, Time: time.Unix(1700000000, 1), Model: "m"}, reason: ReasonDuplicateArrival},
+		{name: "cached > computed", u: &Update{RequestID: "v", Kind: KindPrefilling, Time: time.Unix(1700000000, 2), NumComputedTokens: 2, NumCachedTokens: 3}, reason: ReasonCachedExceedsComputed},
+		{name: "computed > prompt", u: &Update{RequestID: "v", Kind: KindPrefilling, Time: time.Unix(1700000000, 2), NumComputedTokens: 1000}, reason: ReasonComputedExceedsTokens},
+		{name: "time backwards", u: &Update{RequestID: "v", Kind: KindDetokenized, Time: time.Unix(1699999999, 0), NumNewTokens: 1}, reason: ReasonTimeBackwards},
+		{name: "bad transition", u: &Update{RequestID: "v", Kind: KindDecoding, Time: time.Unix(1700000000, 3)}, reason: ReasonBadTransition},
+		{name: "ambiguous id", u: &Update{RequestID: "twin", Kind: KindQueued, Time: time.Unix(1700000000, 3)}, reason: ReasonAmbiguousRequest},
+	}
+}
+
+func TestBadInputCatalogue(t *testing.T) {
+	cat := badCatalogue()
+	if len(cat) < 25 {
+		t.Fatalf("catalogue has %d cases", len(cat))
+	}
+	h := newHarness(t)
+	t0 := time.Unix(1700000000, 0)
+	// The valid request "v", and two requests sharing the id "twin".
+	h.must(Update{RequestID: "v", Kind: KindArrived, Time: t0, Model: "m"})
+	h.must(Update{RequestID: "v", Kind: KindInputProcessed, Time: t0.Add(time.Millisecond), NumPromptTokens: 10})
+	h.must(Update{RequestID: "v", Kind: KindQueued, Time: t0})
+	h.must(Update{RequestID: "twin", Kind: KindArrived, Time: t0, Model: "a"})
+	h.must(Update{RequestID: "twin", Kind: KindArrived, Time: t0, Model: "b"})
+	for _, tc := range cat {
+		t.Run(tc.name, func(t *testing.T) {
+			before := h.counter(attributes.MetricRejectedUpdates, attributes.RejectionReason.String(string(tc.reason)))
+			var err error
+			if tc.u != nil {
+				err = h.tr.Record(*tc.u)
+			} else {
+				err = h.tr.RecordJSON([]byte(tc.line))
+			}
+			var re *RejectError
+			if !errors.As(err, &re) || re.Reason != tc.reason || !errors.Is(err, ErrRejected) || !errors.Is(err, tc.reason) {
+				t.Fatalf("err = %v, want a RejectError with reason %s", err, tc.reason)
+			}
+			if len(err.Error()) > 600 {
+				t.Errorf("error message is %d bytes long", len(err.Error()))
+			}
+			after := h.counter(attributes.MetricRejectedUpdates, attributes.RejectionReason.String(string(tc.reason)))
+			if after != before+1 {
+				t.Fatalf("llm.rejected_updates{%s} %d → %d", tc.reason, before, after)
+			}
+		})
+	}
+	// The valid request, recorded around all of that, is intact.
+	h.must(Update{RequestID: "v", Kind: KindPrefilling, Time: t0.Add(2 * time.Millisecond), NumComputedTokens: 10})
+	h.must(Update{RequestID: "v", Kind: KindDecoding, Time: t0.Add(10 * time.Millisecond)})
+	h.must(Update{RequestID: "v", Kind: KindDetokenized, Time: t0.Add(11 * time.Millisecond), NumNewTokens: 1})
+	h.must(Update{RequestID: "v", Kind: KindFinished, Side: SideEngine, Time: t0.Add(20 * time.Millisecond), FinishReason: "stop"})
+	h.must(Update{RequestID: "v", Kind: KindFinished, Time: t0.Add(21 * time.Millisecond), FinishReason: "stop"})
+	s := h.statsOf("v")
+	wantLatency(t, "ttft", s.FirstTokenLatency, 11)
+	wantLatency(t, "e2e", s.E2ELatency, 21)
+	wantLatency(t, "queue", s.QueueDuration, 2)
+	if s.NumOutputTokens != 1 || s.NumPromptTokens.N != 10 {
+		t.Fatalf("valid request damaged: %+v", s)
+	}
+}
+
+// TestChurnHeap churns many requests, 10% of which are abandoned and ended by
+// the TTL, and checks the live heap returns to where it started. It churns
+// 1,000,000 requests without the race detector and 20,000 with it (the race
+// detector makes each request ~10× slower); scripts/test.sh runs the full
+// size without -race.
+func TestChurnHeap(t *testing.T) {
+	n := 1_000_000
+	if raceEnabled || testing.Short() {
+		n = 20_000
+	}
+	var spans countingProcessor
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	var abandoned, finished int
+	tr, err := NewTracker(WithTracerProvider(tp), WithMeterProvider(mp), WithRequestTTL(10*time.Second),
+		WithOnFinish(func(s *RequestStats) {
+			finished++
+			if s.FinishReason == FinishAbandoned {
+				abandoned++
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	t0 := time.Unix(1700000000, 0)
+	churn := func(from, to int) {
+		ids := make([]string, 0, 64)
+		for i := from; i < to; i++ {
+			id := "req-" + strconv.Itoa(i)
+			ids = append(ids, id)
+			ts := t0.Add(time.Duration(i) * time.Millisecond)
+			_ = tr.Record(Update{RequestID: id, Kind: KindArrived, Time: ts, Model: "m"})
+			_ = tr.Step(&Step{Time: ts, Queued: ids[len(ids)-1:]})
+			_ = tr.Step(&Step{Time: ts, Scheduled: []Scheduled{{RequestID: id, ComputedTokens: 100}}})
+			_ = tr.Step(&Step{Time: ts, Decoded: []Decoded{{RequestID: id}}})
+			if i%10 != 7 {
+				_ = tr.Step(&Step{Time: ts, Finished: []Finished{{RequestID: id, Reason: "stop"}}})
+			}
+			if len(ids) == cap(ids) {
+				ids = ids[:0]
+			}
+		}
+	}
+	// Warm up to the steady state: pools, caches, and the shard maps grown
+	// to hold a TTL's worth of abandoned requests (10 s at 1,000 req/s).
+	const warm = 20_000
+	churn(0, warm)
+	tr.Sweep(t0.Add(time.Hour))
+	runtime.GC()
+	runtime.GC()
+	var m0 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+
+	churn(warm, warm+n)
+	// The abandoned tenth ends 10 s after its last update.
+	tr.Sweep(t0.Add(time.Duration(warm+n)*time.Millisecond + time.Hour))
+	runtime.GC()
+	runtime.GC()
+	var m1 runtime.MemStats
+	runtime.ReadMemStats(&m1)
+
+	if tr.InFlight() != 0 {
+		t.Fatalf("%d requests still in flight", tr.InFlight())
+	}
+	if finished != warm+n {
+		t.Fatalf("finished %d, want %d", finished, warm+n)
+	}
+	if want := (warm + n) / 10; abandoned != want {
+		t.Fatalf("abandoned %d, want %d", abandoned, want)
+	}
+	growth := float64(m1.HeapAlloc)/float64(m0.HeapAlloc) - 1
+	t.Logf("churned %d requests: live heap %d → %d bytes (%+.1f%%), %d spans", n, m0.HeapAlloc, m1.HeapAlloc, 100*growth, spans.n.Load())
+	if growth > 0.10 {
+		t.Fatalf("live heap grew %.1f%% over the churn, want ≤ 10%%", 100*growth)
+	}
+}
+
+type countingProcessor struct {
+	sdktrace.SpanProcessor
+	n atomic.Int64
+}
+
+func (p *countingProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (p *countingProcessor) OnEnd(sdktrace.ReadOnlySpan)                     { p.n.Add(1) }
+func (p *countingProcessor) Shutdown(context.Context) error                  { return nil }
+func (p *countingProcessor) ForceFlush(context.Context) error                { return nil }
