@@ -1,0 +1,209 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmtrace/llmtrace/examples/simengine/internal/waterfall"
+	"github.com/llmtrace/llmtrace/internal/testbackend"
+)
+
+// noOTLP keeps a test's run off any OTLP endpoint set in the environment.
+func noOTLP(string) string { return "" }
+
+// smallRun is a few hundred requests on a KV cache small enough to preempt.
+func smallRun(n int) Options {
+	o := DefaultOptions()
+	o.Requests = n
+	o.Engine.NumBlocks = 1024
+	o.Progress = false
+	o.Getenv = noOTLP
+	return o
+}
+
+func TestRunPrintsStatsSummaryAndWaterfalls(t *testing.T) {
+	var out, errOut bytes.Buffer
+	o := smallRun(400)
+	o.Stdout, o.Stderr = &out, &errOut
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	t.Logf("output:\n%s", s)
+	if errOut.Len() > 0 {
+		t.Errorf("stderr: %s", errOut.String())
+	}
+	if rep.Result.Rejections != 0 {
+		t.Errorf("%d rejected updates", rep.Result.Rejections)
+	}
+	if rep.Summary.Requests != 400 || len(rep.Result.Requests) != 400 {
+		t.Errorf("summary of %d requests, simulated %d", rep.Summary.Requests, len(rep.Result.Requests))
+	}
+	stats := regexp.MustCompile(`(?m)^INFO \d\d-\d\d \d\d:\d\d:\d\d \[sim \+0:0\d:\d0\] Avg prompt throughput: .* Prefix cache hit rate: \d+\.\d%$`)
+	if n := len(stats.FindAllString(s, -1)); n < 2 || n != rep.StatsLines {
+		t.Errorf("%d stats lines matched, %d printed", n, rep.StatsLines)
+	}
+	for _, want := range []string{
+		"metric            count        p50        p90        p99        max",
+		"\nTTFT ", "\nTPOT ", "\nITL ", "\nqueue ", "\ne2e ",
+		"preemptions: ", "prefix-cache hit rate: ", "throughput: ",
+		"slowest TTFT — req-", "a preempted request — req-", "a typical request — req-",
+		"llm.queue (preempted)", "llm.decode #1", waterfall.Legend,
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if len(rep.Waterfalls) != 3 {
+		t.Fatalf("%d waterfalls, want 3", len(rep.Waterfalls))
+	}
+	// Waterfalls show exported spans: the slowest is the slowest.
+	slowest := rep.Waterfalls[0]
+	var maxTTFT float64
+	for _, v := range rep.Summary.TTFT {
+		maxTTFT = max(maxTTFT, v)
+	}
+	if !strings.Contains(slowest.Note, "TTFT "+waterfall.Dur(time.Duration(maxTTFT*1e9))) {
+		t.Errorf("slowest waterfall note %q, max TTFT %v", slowest.Note, maxTTFT)
+	}
+}
+
+func TestSyntheticWorkloadAndBadOptions(t *testing.T) {
+	o := smallRun(50)
+	o.Workload = WorkloadSynthetic
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Workload.Name != "synthetic" || rep.Summary.Requests != 50 {
+		t.Errorf("workload %s, %d requests", rep.Workload.Name, rep.Summary.Requests)
+	}
+	for name, mod := range map[string]func(*Options){
+		"missing file": func(o *Options) { o.Workload = filepath.Join(t.TempDir(), "nope.csv") },
+		"bad epoch":    func(o *Options) { o.Epoch = "yesterday" },
+		"rate scale":   func(o *Options) { o.RateScale = -1 },
+		"tiny cache":   func(o *Options) { o.Engine.NumBlocks = 10 },
+	} {
+		o := smallRun(10)
+		o.Workload = WorkloadSynthetic
+		mod(&o)
+		if _, err := Run(context.Background(), o); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// TestHTMLRendersInChromium writes the HTML report, screenshots it in
+// headless Chromium and checks the picture: not blank, and the bar colours
+// of queueing, prefill, decode and preemption are there.
+func TestHTMLRendersInChromium(t *testing.T) {
+	bin := testbackend.RequireChromium(t)
+	dir := t.TempDir()
+	page := filepath.Join(dir, "report.html")
+	o := smallRun(400)
+	o.HTML = page
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"http://", "https://", "<script", "<link"} {
+		if bytes.Contains(bytes.ReplaceAll(html, []byte(`xmlns="http://www.w3.org/2000/svg"`), nil), []byte(bad)) {
+			t.Errorf("the page is not self-contained: it has %q", bad)
+		}
+	}
+
+	shot := filepath.Join(dir, "out.png")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+filepath.Join(dir, "profile"), "--hide-scrollbars",
+		"--screenshot="+shot, "--window-size=1400,2200", "file://"+page)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("chromium: %v\n%s", err, b)
+	}
+	if dst := os.Getenv("SIMENGINE_SCREENSHOT"); dst != "" {
+		b, _ := os.ReadFile(shot)
+		_ = os.WriteFile(dst, b, 0o644)
+	}
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := img.Bounds()
+	if b.Dx() < 1000 || b.Dy() < 1000 {
+		t.Fatalf("screenshot is %v", b)
+	}
+	nonWhite := 0
+	found := map[waterfall.Phase]int{}
+	want := []waterfall.Phase{waterfall.PhaseQueue, waterfall.PhasePrefill, waterfall.PhaseDecode, waterfall.PhasePreempted, waterfall.PhaseRecompute, waterfall.PhaseRequest}
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl := rgb(img, x, y)
+			if r < 245 || g < 245 || bl < 245 {
+				nonWhite++
+			}
+			for _, ph := range want {
+				if near(r, g, bl, waterfall.Colors[ph]) {
+					found[ph]++
+				}
+			}
+		}
+	}
+	total := b.Dx() * b.Dy()
+	t.Logf("screenshot %v: %.1f%% non-white; bar pixels %v", b, 100*float64(nonWhite)/float64(total), found)
+	if nonWhite < total/50 {
+		t.Errorf("the screenshot is nearly blank: %d of %d pixels not white", nonWhite, total)
+	}
+	for _, ph := range want {
+		if found[ph] < 20 {
+			t.Errorf("%s bars (%s) are missing from the screenshot: %d pixels", ph, waterfall.Colors[ph], found[ph])
+		}
+	}
+}
+
+func rgb(img image.Image, x, y int) (r, g, b int) {
+	R, G, B, _ := img.At(x, y).RGBA()
+	return int(R >> 8), int(G >> 8), int(B >> 8)
+}
+
+// near reports whether r, g, b is within a small distance of #rrggbb.
+func near(r, g, b int, hex string) bool {
+	var cr, cg, cb int
+	for i, p := range []*int{&cr, &cg, &cb} {
+		for _, c := range hex[1+2*i : 3+2*i] {
+			*p *= 16
+			switch {
+			case c >= '0' && c <= '9':
+				*p += int(c - '0')
+			default:
+				*p += int(c-'a') + 10
+			}
+		}
+	}
+	abs := func(v int) int {
+		if v < 0 {
+			return -v
+		}
+		return v
+	}
+	return abs(r-cr) <= 6 && abs(g-cg) <= 6 && abs(b-cb) <= 6
+}
