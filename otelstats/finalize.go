@@ -130,21 +130,30 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 	case r.enDeliv > 0:
 		first, s.NumOutputTokens = r.enFirst, int(r.enTokens)
 	}
+	// SPEC §3: the values of §2 are the instants that bound the span tree,
+	// whose children lie inside the root [ARRIVED, FINISHED]. Clamp each
+	// instant into the root as spans.Build does, so that skew between the
+	// two sides (or an engine token after the client's FINISHED) can never
+	// make TTFT or a phase exceed e2e.
+	lo, hi := r.arrived, max(end, r.arrived)
+	in := func(ns int64) int64 { return min(max(ns, lo), hi) }
+	firstQueued, firstPrefill := in(r.firstQueued), in(r.firstPrefill)
 	if r.firstQueued != 0 && r.firstPrefill != 0 {
-		s.QueueDuration = some(time.Duration(r.firstPrefill - r.firstQueued))
+		s.QueueDuration = some(time.Duration(firstPrefill - firstQueued))
 	}
 	if first != 0 {
+		first = in(first)
 		s.FirstTokenLatency = some(time.Duration(first - r.arrived))
 		s.DecodeLatency = some(time.Duration(end - first))
 		if r.firstPrefill != 0 {
-			s.PrefillLatency = some(time.Duration(first - r.firstPrefill))
+			s.PrefillLatency = some(time.Duration(first - firstPrefill))
 		}
 		if s.NumOutputTokens > 1 {
 			s.TimePerOutputToken = some(s.DecodeLatency.Value / time.Duration(s.NumOutputTokens-1))
 		}
 	}
 	if r.firstPrefill != 0 {
-		s.InferenceLatency = some(time.Duration(end - r.firstPrefill))
+		s.InferenceLatency = some(time.Duration(end - firstPrefill))
 	}
 	pre := r.preemptedNs
 	if cr := r.curRun(); cr != nil && cr.end != 0 {

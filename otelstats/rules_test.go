@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/llmtrace/llmtrace/attributes"
 )
 
 // ruleScenario is a well-formed two-sided request "r" (model "m"), used as
@@ -251,13 +255,33 @@ func TestTimeAcrossSidesNotRejected(t *testing.T) {
 		t.Fatalf("%d rejections across sides, want 0", n)
 	}
 	s := h.statsOf("r")
-	// queue is an engine-only interval: 7 - 5 = 2 (SPEC §5: intervals
-	// within one process come from its clock). TTFT = 40 - 10 = 30.
-	wantLatency(t, "queue", s.QueueDuration, 2)
-	wantLatency(t, "ttft", s.FirstTokenLatency, 30)
-	wantLatency(t, "e2e", s.E2ELatency, 31)
-	root, kids := h.treeOf(s)
-	checkInside(t, root, kids)
+	// The engine's instants before ARRIVED are clamped into the root, in
+	// the stats as in the tree (SPEC §3: the values of §2 are the span
+	// boundaries; §5: skew is clamped and counted):
+	//   queue [5,7] → [10,10]; prefill [7,40] → [10,40];
+	//   decode [first token 40, engine FINISHED 26] → [40,40].
+	checkStats(t, s, wantStats{
+		reason: "stop", arrived: 10, finished: 41,
+		e2e:       31, // 41 - 10
+		queue:     0,  // clamp(7) - clamp(5) = 10 - 10
+		ttft:      30, // 40 - 10
+		prefill:   30, // 40 - clamp(7)
+		decode:    1,  // 41 - 40
+		inference: 31, // 41 - clamp(7)
+		tpot:      absent,
+		prompt:    4, cached: 0, out: 1,
+	})
+	if s.ClampedSpans != 3 {
+		t.Errorf("ClampedSpans = %d, want 3 (queue, prefill, decode)", s.ClampedSpans)
+	}
+	h.checkTree(s, wantRoot{name: "chat m", start: 10, end: 41}, []wantSpan{
+		spInput(10, 20, 4),
+		spQueue(10, 10, "new"),
+		spPrefill(10, 40, 4, 0, 1, false),
+		spDecode(40, 40, 1, 0),
+		spDetok(40, 40, 0, 1),
+	})
+	h.wantCounter(attributes.MetricSpansClamped, 3)
 }
 
 // TestUnknownRequestHeldThenRejected: an engine update before its ARRIVED is
@@ -353,4 +377,45 @@ func TestClosed(t *testing.T) {
 	if n := h.rejects(ReasonClosed); n != 2 {
 		t.Errorf("closed = %d, want 2", n)
 	}
+}
+
+// TestEngineTokenAfterFrontendFinished: the client aborts at 6 ms; the
+// engine, not yet aware, still produces a token at 17 ms and finishes at 20.
+// No frontend delivery, so the engine's DECODING stands in as the token time
+// — but the request ended at the frontend's FINISHED (SPEC §1), and the
+// stats are the span boundaries inside the root (SPEC §3): TTFT is clamped
+// to e2e, never larger. (Found by FuzzUpdateSequence.)
+func TestEngineTokenAfterFrontendFinished(t *testing.T) {
+	h := newHarness(t)
+	h.feed([]Update{
+		arrived("late", 0, "m", "chat"),
+		inputProcessed("late", 1, 3),
+		queued("late", 2),
+		prefilling("late", 3, 3, 0),
+		feFinished("late", 6, "abort"), // waits for the engine, which has reported
+		decoding("late", 17, 1),
+		enFinished("late", 20, "abort"),
+	})
+	s := h.statsOf("late")
+	checkStats(t, s, wantStats{
+		reason: "abort", errType: "abort", arrived: 0, finished: 6,
+		e2e:       6,
+		queue:     1, // 3 - 2
+		ttft:      6, // clamp(17) = 6, minus 0: not 17 > e2e
+		prefill:   3, // 6 - 3
+		decode:    0, // 6 - 6
+		inference: 3, // 6 - 3
+		tpot:      absent,
+		prompt:    3, cached: 0, out: 1,
+	})
+	h.checkTree(s, wantRoot{name: "chat m", start: 0, end: 6, status: codes.Error, statusDesc: "abort"}, []wantSpan{
+		spInput(0, 1, 3),
+		spQueue(2, 3, "new"),
+		spPrefill(3, 6, 3, 0, 1, false), // [3,17] clamped
+		spDecode(6, 6, 1, 0),            // [17,20] clamped
+	})
+	if s.ClampedSpans != 2 {
+		t.Errorf("ClampedSpans = %d, want 2", s.ClampedSpans)
+	}
+	h.wantHist(attributes.MetricTimeToFirstToken, 1, 6)
 }
