@@ -1,0 +1,88 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// Addr is a transport address: "unix:PATH" or "tcp:HOST:PORT".
+type Addr struct {
+	Network string // "unix" or "tcp"
+	Address string
+}
+
+func (a Addr) String() string { return a.Network + ":" + a.Address }
+
+// ParseAddr parses "unix:PATH" or "tcp:HOST:PORT". A bare path (containing
+// a '/') is a Unix socket.
+func ParseAddr(s string) (Addr, error) {
+	network, rest, ok := strings.Cut(s, ":")
+	switch {
+	case ok && network == "unix" && rest != "":
+		return Addr{"unix", rest}, nil
+	case ok && network == "tcp" && rest != "":
+		if _, _, err := net.SplitHostPort(rest); err != nil {
+			return Addr{}, fmt.Errorf("transport: address %q: %w", s, err)
+		}
+		return Addr{"tcp", rest}, nil
+	case strings.Contains(s, "/") && !ok:
+		return Addr{"unix", s}, nil
+	}
+	return Addr{}, fmt.Errorf("transport: address %q: want unix:PATH or tcp:HOST:PORT", s)
+}
+
+// ErrNotLoopback is returned by Listen for a TCP address that is not on
+// the loopback interface when remote listening is not allowed: the
+// transport has no authentication.
+var ErrNotLoopback = errors.New("transport: TCP address is not a loopback address (updates are unauthenticated)")
+
+// Listen listens on a. A Unix socket left behind by a dead collector is
+// removed first; one a live collector still answers on is not. TCP listens
+// only on loopback addresses unless allowRemote.
+func Listen(a Addr, allowRemote bool) (net.Listener, error) {
+	switch a.Network {
+	case "unix":
+		if fi, err := os.Lstat(a.Address); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			c, err := net.DialTimeout("unix", a.Address, 200*time.Millisecond)
+			if err == nil {
+				_ = c.Close()
+				return nil, fmt.Errorf("transport: %s: a collector is already listening", a)
+			}
+			_ = os.Remove(a.Address)
+		}
+		l, err := net.Listen("unix", a.Address)
+		if err != nil {
+			return nil, err
+		}
+		if ul, ok := l.(*net.UnixListener); ok {
+			ul.SetUnlinkOnClose(true)
+		}
+		return l, nil
+	case "tcp":
+		host, _, _ := net.SplitHostPort(a.Address)
+		if !allowRemote && !isLoopback(host) {
+			return nil, fmt.Errorf("%w: %s", ErrNotLoopback, a)
+		}
+		return net.Listen("tcp", a.Address)
+	}
+	return nil, fmt.Errorf("transport: unknown network %q", a.Network)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Dial connects to a.
+func Dial(ctx context.Context, a Addr) (net.Conn, error) {
+	var d net.Dialer
+	return d.DialContext(ctx, a.Network, a.Address)
+}
