@@ -85,6 +85,9 @@ type Options struct {
 
 	Stdout, Stderr io.Writer
 
+	// SpanProcessors are added to the TracerProvider beside the demo's own
+	// capture (tests count what was exported).
+	SpanProcessors []sdktrace.SpanProcessor
 	// OnFinish sees every finished request's stats (tests).
 	OnFinish func(*otelstats.RequestStats)
 	// OnDone runs after the report is printed, while /metrics is still
@@ -154,7 +157,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	capture := waterfall.NewCapture(64)
 	prov, err := otelsetup.Setup(ctx, otelsetup.Config{
 		ServiceName:    o.ServiceName,
-		SpanProcessors: []sdktrace.SpanProcessor{capture},
+		SpanProcessors: append([]sdktrace.SpanProcessor{capture}, o.SpanProcessors...),
 		Prometheus:     o.MetricsAddr != "" || o.MetricsListener != nil,
 		Getenv:         o.Getenv,
 	})
