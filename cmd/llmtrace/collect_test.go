@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/llmtrace/llmtrace/internal/spanlog"
+	"github.com/llmtrace/llmtrace/internal/transport"
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+func TestMain(m *testing.M) {
+	// No test may export: the OTEL_* environment of the machine is not ours.
+	os.Setenv("OTEL_TRACES_EXPORTER", "none")
+	os.Setenv("OTEL_METRICS_EXPORTER", "none")
+	goleak.VerifyTestMain(m)
+}
+
+// shortDir is a temporary directory short enough for a Unix socket path.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "lt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func readStats(t *testing.T, path string) map[string]map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]any{}
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		out[m["request_id"].(string)] = m
+	}
+	return out
+}
+
+func TestCollectStdin(t *testing.T) {
+	dir := t.TempDir()
+	// collect is live: times must be now-ish, or the auto-sweep ends the
+	// request as abandoned (historical logs are for llmtrace replay).
+	now := fmt.Sprintf("%d.5", time.Now().Unix())
+	in := strings.Join([]string{
+		`{"type":"HELLO","producer":"py","wall_ts":` + now + `,"mono_ts":10}`,
+		`{"request_id":"r1","type":"ARRIVED","ts":` + now + `,"model":"m"}`,
+		`{"request_id":"r1","type":"QUEUED","mono_ts":10.001}`,
+		`{"request_id":"r1","type":"PREFILLING","mono_ts":10.004,"num_computed_tokens":8,"num_cached_tokens":0}`,
+		`{"request_id":"r1","type":"DECODING","mono_ts":10.010}`,
+		`{"request_id":"r1","type":"FINISHED","side":"engine","mono_ts":10.020,"finish_reason":"stop"}`,
+		`garbage line`,
+		``,
+	}, "\n")
+	var stderr bytes.Buffer
+	statsFile := filepath.Join(dir, "stats.jsonl")
+	code := collect(context.Background(), []string{"-listen", "-", "-stats-out", statsFile, "-stats-log", "0"},
+		strings.NewReader(in), &bytes.Buffer{}, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	s := readStats(t, statsFile)["r1"]
+	if s == nil {
+		t.Fatalf("no stats; stderr:\n%s", stderr.String())
+	}
+	near := func(k string, want float64) {
+		if v, _ := s[k].(float64); v < want-1e-9 || v > want+1e-9 {
+			t.Errorf("%s = %v, want %v", k, s[k], want)
+		}
+	}
+	near("queue_duration_s", 0.003)
+	near("first_token_latency_s", 0.010)
+	near("e2e_latency_s", 0.020)
+	if !strings.Contains(stderr.String(), "malformed=1") {
+		t.Errorf("stderr does not count the garbage line:\n%s", stderr.String())
+	}
+}
+
+func TestCollectUnixSocket(t *testing.T) {
+	dir := shortDir(t)
+	sock := filepath.Join(dir, "c.sock")
+	statsFile := filepath.Join(dir, "stats.jsonl")
+	spansFile := filepath.Join(dir, "spans.jsonl")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	var stderr bytes.Buffer
+	go func() {
+		done <- collect(ctx, []string{"-listen", "unix:" + sock, "-listen", "tcp:127.0.0.1:0", "-stats-out", statsFile,
+			"-spans-out", spansFile, "-stats-log", "0"}, nil, &bytes.Buffer{}, &stderr)
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("collect did not listen: %s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p, err := transport.NewProducer(transport.ProducerConfig{Addr: "unix:" + sock, Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for i := range 3 {
+		id := fmt.Sprint("u", i)
+		for _, u := range []otelstats.Update{
+			{RequestID: id, Kind: otelstats.KindArrived, Time: ms(0), Model: "m"},
+			{RequestID: id, Kind: otelstats.KindQueued, Time: ms(1)},
+			{RequestID: id, Kind: otelstats.KindPrefilling, Time: ms(2), NumComputedTokens: 4},
+			{RequestID: id, Kind: otelstats.KindDecoding, Time: ms(3)},
+			{RequestID: id, Kind: otelstats.KindFinished, Side: otelstats.SideEngine, Time: ms(4), FinishReason: "length"},
+		} {
+			p.Send(u)
+		}
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Let the collector read what was written before asking it to stop.
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	stats := readStats(t, statsFile)
+	if len(stats) != 3 || stats["u2"]["finish_reason"] != "length" {
+		t.Fatalf("stats %v\nstderr:\n%s", stats, stderr.String())
+	}
+	f, err := os.Open(spansFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sp, err := spanlog.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int{}
+	for _, s := range sp {
+		names[s.Name]++
+	}
+	if names["chat m"] != 3 || names["llm.prefill"] != 3 || names["llm.decode"] != 3 || names["llm.queue"] != 3 {
+		t.Errorf("spans %v", names)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left behind: %v", err)
+	}
+}
+
+func TestCollectUsage(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := collect(context.Background(), nil, nil, &bytes.Buffer{}, &stderr); code != 2 {
+		t.Errorf("no -listen: exit %d", code)
+	}
+	if code := collect(context.Background(), []string{"-listen", "tcp:0.0.0.0:0"}, nil, &bytes.Buffer{}, &stderr); code != 1 {
+		t.Errorf("remote TCP: exit %d", code)
+	}
+	if !strings.Contains(stderr.String(), "loopback") {
+		t.Errorf("stderr: %s", stderr.String())
+	}
+}

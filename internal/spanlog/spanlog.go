@@ -1,0 +1,163 @@
+// Package spanlog writes ended spans as JSON lines: a dump for tests,
+// examples and debugging without a tracing backend.
+//
+// One object per span:
+//
+//	{"trace_id":"…","span_id":"…","parent_span_id":"…","name":"llm.queue","kind":"internal",
+//	 "start_ns":1700000000001000000,"end_ns":1700000000004000000,"status":"error","status_description":"abort",
+//	 "attributes":{"llm.queue.reason":"new"},"events":[{"name":"…","time_ns":…,"attributes":{…}}]}
+//
+// parent_span_id, status and events are omitted when empty.
+package spanlog
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// Span is one line of the dump.
+type Span struct {
+	TraceID           string         `json:"trace_id"`
+	SpanID            string         `json:"span_id"`
+	ParentSpanID      string         `json:"parent_span_id,omitempty"`
+	Name              string         `json:"name"`
+	Kind              string         `json:"kind"`
+	StartNs           int64          `json:"start_ns"`
+	EndNs             int64          `json:"end_ns"`
+	Status            string         `json:"status,omitempty"`
+	StatusDescription string         `json:"status_description,omitempty"`
+	Attributes        map[string]any `json:"attributes,omitempty"`
+	Events            []Event        `json:"events,omitempty"`
+}
+
+// Event is a span event of the dump.
+type Event struct {
+	Name       string         `json:"name"`
+	TimeNs     int64          `json:"time_ns"`
+	Attributes map[string]any `json:"attributes,omitempty"`
+}
+
+// Processor is an sdktrace.SpanProcessor that writes every ended span to w.
+type Processor struct {
+	mu  sync.Mutex
+	w   *bufio.Writer
+	c   io.Closer
+	err error
+}
+
+var _ sdktrace.SpanProcessor = (*Processor)(nil)
+
+// New writes to w; Shutdown closes w when it is an io.Closer and close is
+// set.
+func New(w io.Writer, close bool) *Processor {
+	p := &Processor{w: bufio.NewWriterSize(w, 64<<10)}
+	if c, ok := w.(io.Closer); ok && close {
+		p.c = c
+	}
+	return p
+}
+
+// OnStart does nothing.
+func (p *Processor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+// OnEnd writes s.
+func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
+	b, err := json.Marshal(FromReadOnly(s))
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil || p.w == nil {
+		return
+	}
+	if _, err := p.w.Write(append(b, '\n')); err != nil {
+		p.err = err
+	}
+}
+
+// FromReadOnly converts an SDK span.
+func FromReadOnly(s sdktrace.ReadOnlySpan) Span {
+	sc := s.SpanContext()
+	out := Span{
+		TraceID: sc.TraceID().String(),
+		SpanID:  sc.SpanID().String(),
+		Name:    s.Name(),
+		Kind:    s.SpanKind().String(),
+		StartNs: s.StartTime().UnixNano(),
+		EndNs:   s.EndTime().UnixNano(),
+	}
+	if p := s.Parent(); p.IsValid() {
+		out.ParentSpanID = p.SpanID().String()
+	}
+	if st := s.Status(); st.Code != codes.Unset {
+		out.Status = st.Code.String()
+		out.StatusDescription = st.Description
+	}
+	out.Attributes = attrs(s.Attributes())
+	for _, e := range s.Events() {
+		out.Events = append(out.Events, Event{Name: e.Name, TimeNs: e.Time.UnixNano(), Attributes: attrs(e.Attributes)})
+	}
+	return out
+}
+
+func attrs(kvs []attribute.KeyValue) map[string]any {
+	if len(kvs) == 0 {
+		return nil
+	}
+	m := make(map[string]any, len(kvs))
+	for _, kv := range kvs {
+		m[string(kv.Key)] = kv.Value.AsInterface()
+	}
+	return m
+}
+
+// ForceFlush writes what is buffered.
+func (p *Processor) ForceFlush(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.w == nil {
+		return p.err
+	}
+	if err := p.w.Flush(); err != nil && p.err == nil {
+		p.err = err
+	}
+	return p.err
+}
+
+// Shutdown flushes and, when New was told to, closes the writer.
+func (p *Processor) Shutdown(ctx context.Context) error {
+	err := p.ForceFlush(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.w = nil
+	if p.c != nil {
+		if cerr := p.c.Close(); err == nil {
+			err = cerr
+		}
+		p.c = nil
+	}
+	return err
+}
+
+// Read parses a dump.
+func Read(r io.Reader) ([]Span, error) {
+	var out []Span
+	d := json.NewDecoder(r)
+	for {
+		var s Span
+		if err := d.Decode(&s); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return out, err
+		}
+		out = append(out, s)
+	}
+}
