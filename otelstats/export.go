@@ -160,6 +160,7 @@ func (p *BatchProcessor) run() {
 	batch := make([]sdktrace.ReadOnlySpan, 0, p.cfg.batchSize)
 	tick := time.NewTimer(p.cfg.delay)
 	defer tick.Stop()
+	failing := false
 	export := func(ctx context.Context) {
 		if len(batch) == 0 {
 			return
@@ -169,8 +170,14 @@ func (p *BatchProcessor) run() {
 		cancel()
 		if err != nil {
 			p.drop(len(batch))
-			otel.Handle(err)
+			// One report per failure streak, not one per batch: a
+			// backend that is down must not flood the error handler.
+			if !failing {
+				otel.Handle(err)
+			}
+			failing = true
 		} else {
+			failing = false
 			p.nExported.Add(int64(len(batch)))
 		}
 		clear(batch)
