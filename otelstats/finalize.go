@@ -203,11 +203,14 @@ func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStat
 	if r.feDeliv > 0 {
 		h = &r.feITL
 	}
+	// ITL gaps carry no exemplars: hundreds per request would only churn
+	// the reservoir, and TTFT/TPOT/e2e already link to the trace.
+	bg := context.Background()
 	for i := range h.n {
 		if c := h.n[i]; c > 0 {
 			mean := float64(h.sum[i]) / float64(c) / 1e9
 			for range c {
-				in.itl.Record(ctx, mean, as.base)
+				in.itl.Record(bg, mean, as.base)
 			}
 		}
 	}
