@@ -37,6 +37,11 @@ const (
 	benchOutputTokens = 256
 	benchBatch        = 256 // requests decoding in each step of the token benchmarks
 	benchMemRequests  = 512 // requests held in flight by the memory benchmarks
+	// benchNaiveMemRequests is fewer: past 128 tokens every naive token
+	// event moves the span's 127 others (the SDK evicts the oldest), which
+	// makes 512 requests of 2048 tokens take many seconds; 128 naive
+	// requests hold megabytes, plenty for a per-request figure.
+	benchNaiveMemRequests = 128
 	// benchEngineTick is the simulated time between engine steps where the
 	// benchmarks use a simulated clock: a decode step of a 256-request
 	// batch. It sets how often the tracker sweeps (once per second of
@@ -116,13 +121,20 @@ func (p *benchPipeline) spansPerOp(b *testing.B) {
 	b.ReportMetric(float64(p.exp.spans.Load())/float64(b.N), "spans/op")
 }
 
+// newBenchTracker returns a tracker on p with its defaults (keep every
+// trace, span tree detail) whatever the environment says. It is not shut
+// down: benchmarks that leave requests in flight would otherwise finish
+// them all in their cleanup, which costs a histogram Record per token of
+// each (see BENCHMARKS.md) and makes a run last minutes longer, outside the
+// timed loop. It starts no goroutine, so dropping it leaks nothing.
 func newBenchTracker(tb testing.TB, p *benchPipeline) *otelstats.Tracker {
 	tb.Helper()
+	tb.Setenv("LLMTRACE_SAMPLING", "")
+	tb.Setenv("LLMTRACE_DETAIL", "")
 	tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(p.tp), otelstats.WithMeterProvider(p.mp))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
 	return tr
 }
 
@@ -488,10 +500,7 @@ func BenchmarkInflightMemory(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				p := buildBenchPipeline(nil, true)
-				tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(p.tp), otelstats.WithMeterProvider(p.mp))
-				if err != nil {
-					b.Fatal(err)
-				}
+				tr := newBenchTracker(b, p)
 				e := newBenchEngine(b, tr, newBenchClock(time.Now(), benchEngineTick))
 				e.reqs = make([]*otelstats.Request, 0, benchMemRequests)
 				e.sched = make([]otelstats.Scheduled, 0, benchMemRequests)
@@ -507,13 +516,18 @@ func BenchmarkInflightMemory(b *testing.B) {
 				}
 
 				b.StopTimer()
+				// Spans already ended wait in the BatchSpanProcessor's
+				// queue for up to 5 s; flush them so only what the
+				// in-flight requests hold is counted.
+				if err := p.tp.ForceFlush(context.Background()); err != nil {
+					b.Fatal(err)
+				}
 				after := benchLiveHeap()
 				if tr.InFlight() != benchMemRequests {
 					b.Fatalf("%d in flight, want %d", tr.InFlight(), benchMemRequests)
 				}
 				runtime.KeepAlive(e)
 				perReq += (float64(after) - float64(before)) / benchMemRequests
-				_ = tr.Shutdown(context.Background())
 				p.close()
 				b.StartTimer()
 			}
@@ -523,7 +537,8 @@ func BenchmarkInflightMemory(b *testing.B) {
 }
 
 // BenchmarkNaiveInflightMemory is the naive twin: live root and decode
-// spans (the latter holding up to 128 token events) per in-flight request.
+// spans (the latter holding up to 128 token events) per in-flight request,
+// for 128 requests.
 func BenchmarkNaiveInflightMemory(b *testing.B) {
 	for _, toks := range benchMemTokens {
 		b.Run("tokens="+strconv.Itoa(toks), func(b *testing.B) {
@@ -533,11 +548,11 @@ func BenchmarkNaiveInflightMemory(b *testing.B) {
 				b.StopTimer()
 				p := buildBenchPipeline(nil, false)
 				n := newNaive(b, p.tp, p.mp)
-				qs := make([]*naiveRequest, 0, benchMemRequests)
+				qs := make([]*naiveRequest, 0, benchNaiveMemRequests)
 				before := benchLiveHeap()
 				b.StartTimer()
 
-				for _, id := range benchIDs[:benchMemRequests] {
+				for _, id := range benchIDs[:benchNaiveMemRequests] {
 					q := n.arrive(context.Background(), id, benchModel)
 					q.queued("new")
 					q.prefillChunk(benchPromptTokens, 0)
@@ -550,9 +565,15 @@ func BenchmarkNaiveInflightMemory(b *testing.B) {
 				}
 
 				b.StopTimer()
+				// Spans already ended wait in the BatchSpanProcessor's
+				// queue for up to 5 s; flush them so only what the
+				// in-flight requests hold is counted.
+				if err := p.tp.ForceFlush(context.Background()); err != nil {
+					b.Fatal(err)
+				}
 				after := benchLiveHeap()
 				runtime.KeepAlive(qs)
-				perReq += (float64(after) - float64(before)) / benchMemRequests
+				perReq += (float64(after) - float64(before)) / benchNaiveMemRequests
 				p.close()
 				b.StartTimer()
 			}
