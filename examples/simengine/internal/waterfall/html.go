@@ -272,7 +272,11 @@ func histogram(title, color string, xs []float64) svgHist {
 			if l := math.Log10(v); l < lo-1e-9 || l > hi+1e-9 {
 				continue
 			}
-			h.Ticks = append(h.Ticks, svgTick{X: xOf(v), Label: Dur(secs(v))})
+			tk := svgTick{X: xOf(v), Label: tickLabel(secs(v)), Anchor: "middle"}
+			if tk.X > histPadL+float64(h.PlotW)-20 {
+				tk.Anchor = "end"
+			}
+			h.Ticks = append(h.Ticks, tk)
 		}
 	}
 	for _, q := range []float64{50, 90, 99} {
@@ -342,7 +346,7 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
   <text x="50" y="16" font-weight="bold">{{.Title}} ({{.Count}} samples, log scale)</text>
   <line x1="50" y1="{{.Base}}" x2="{{add 50 .PlotW}}" y2="{{.Base}}" stroke="#999"/>
   {{$c := .Color}}{{range .Bars}}<rect x="{{f .X}}" y="{{f .Y}}" width="{{f .W}}" height="{{f .H}}" fill="{{$c}}"><title>{{.Title}}</title></rect>{{end}}
-  {{$b := .Base}}{{range .Ticks}}<line x1="{{f .X}}" y1="{{$b}}" x2="{{f .X}}" y2="{{add $b 4}}" stroke="#999"/><text class="axis" x="{{f .X}}" y="{{add $b 16}}" text-anchor="middle">{{.Label}}</text>{{end}}
+  {{$b := .Base}}{{range .Ticks}}<line x1="{{f .X}}" y1="{{$b}}" x2="{{f .X}}" y2="{{add $b 4}}" stroke="#999"/><text class="axis" x="{{f .X}}" y="{{add $b 16}}" text-anchor="{{.Anchor}}">{{.Label}}</text>{{end}}
   {{range $i, $l := .Lines}}<line x1="{{f $l.X}}" y1="28" x2="{{f $l.X}}" y2="{{$b}}" stroke="#333" stroke-dasharray="3,3"/><text class="plab" x="{{f $l.X}}" y="{{step $i}}" dx="{{$l.DX}}" dy="20" text-anchor="{{$l.Anchor}}">{{$l.Label}}</text>{{end}}
   <text class="axis" x="4" y="34">{{.YMax}}</text><text class="axis" x="4" y="48">(log)</text>
 </svg>

@@ -154,3 +154,13 @@ func TestDur(t *testing.T) {
 		}
 	}
 }
+
+func TestTickLabel(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0", time.Second: "1s", 2500 * time.Millisecond: "2.5s", 200 * time.Millisecond: "200ms", 20 * time.Millisecond: "20ms", 500 * time.Microsecond: "500µs",
+	} {
+		if got := tickLabel(d); got != want {
+			t.Errorf("tickLabel(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
