@@ -45,6 +45,7 @@ type config struct {
 	samplingSet bool
 	trustParent bool
 	detail      Detail
+	agg         *Aggregator
 }
 
 func newConfig(opts []Option) config {
@@ -191,6 +192,13 @@ func WithTrustParentSampling(on bool) Option {
 // it the level comes from LLMTRACE_DETAIL (0–3), else DetailTree.
 func WithDetail(d Detail) Option {
 	return optionFunc(func(c *config) { c.detail = d })
+}
+
+// WithAggregator makes the tracker aggregate its latency histograms in agg
+// (the fast path; see Aggregator) instead of recording them through the
+// MeterProvider.
+func WithAggregator(agg *Aggregator) Option {
+	return optionFunc(func(c *config) { c.agg = agg })
 }
 
 // WithAutoSweep starts a goroutine that calls Sweep(time.Now()) every

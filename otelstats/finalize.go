@@ -186,33 +186,14 @@ func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStat
 	as := t.inst.attrs(r.operation, model, s.FinishReason, s.ErrorType)
 	in := t.inst
 	in.requests.Add(ctx, 1, as.finished)
-	in.e2e.Record(ctx, s.E2ELatency.Value.Seconds(), as.duration)
-	rec := func(h metric.Float64Histogram, l Latency) {
-		if l.Valid {
-			h.Record(ctx, l.Value.Seconds(), as.base)
-		}
-	}
-	rec(in.ttft, s.FirstTokenLatency)
-	rec(in.tpot, s.TimePerOutputToken)
-	rec(in.queue, s.QueueDuration)
-	rec(in.prefill, s.PrefillLatency)
-	rec(in.decode, s.DecodeLatency)
-	rec(in.inference, s.InferenceLatency)
-
 	h := &r.enITL
 	if r.feDeliv > 0 {
 		h = &r.feITL
 	}
-	// ITL gaps carry no exemplars: hundreds per request would only churn
-	// the reservoir, and TTFT/TPOT/e2e already link to the trace.
-	bg := context.Background()
-	for i := range h.n {
-		if c := h.n[i]; c > 0 {
-			mean := float64(h.sum[i]) / float64(c) / 1e9
-			for range c {
-				in.itl.Record(bg, mean, as.base)
-			}
-		}
+	if t.cfg.agg != nil {
+		t.cfg.agg.record(ctx, s, h, as.baseSet, as.durationSet)
+	} else {
+		t.recordHistograms(ctx, s, h, as)
 	}
 	if r.preemptions > 0 {
 		in.preemptions.Add(ctx, int64(r.preemptions), as.base)
@@ -232,6 +213,34 @@ func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStat
 		}
 	}
 	t.stats.addRequest(queries, hits)
+}
+
+// recordHistograms records the latency histograms through the MeterProvider.
+func (t *Tracker) recordHistograms(ctx context.Context, s *RequestStats, h *itlHist, as *attrSets) {
+	in := t.inst
+	in.e2e.Record(ctx, s.E2ELatency.Value.Seconds(), as.duration)
+	rec := func(h metric.Float64Histogram, l Latency) {
+		if l.Valid {
+			h.Record(ctx, l.Value.Seconds(), as.base)
+		}
+	}
+	rec(in.ttft, s.FirstTokenLatency)
+	rec(in.tpot, s.TimePerOutputToken)
+	rec(in.queue, s.QueueDuration)
+	rec(in.prefill, s.PrefillLatency)
+	rec(in.decode, s.DecodeLatency)
+	rec(in.inference, s.InferenceLatency)
+	// ITL gaps carry no exemplars: hundreds per request would only churn
+	// the reservoir, and TTFT/TPOT/e2e already link to the trace.
+	bg := context.Background()
+	for i := range h.n {
+		if c := h.n[i]; c > 0 {
+			mean := float64(h.sum[i]) / float64(c) / 1e9
+			for range c {
+				in.itl.Record(bg, mean, as.base)
+			}
+		}
+	}
 }
 
 // buildTimeline reduces r to the instants of its span tree.

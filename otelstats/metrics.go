@@ -29,17 +29,19 @@ type attrKey struct{ op, model, reason, errType string }
 // attrSets are the precomputed attribute sets of one kind of request, so
 // recording a finished request allocates no attributes.
 type attrSets struct {
+	baseSet, durationSet attribute.Set
+
 	base     metric.MeasurementOption // operation, model
 	duration metric.MeasurementOption // + error.type on failures
 	finished metric.MeasurementOption // + finish reason
 }
 
-func newInstruments(mp metric.MeterProvider) (*instruments, error) {
+func newInstruments(mp metric.MeterProvider, ownHistograms bool) (*instruments, error) {
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
 	in := &instruments{sets: make(map[attrKey]*attrSets)}
 	var err error
 	hist := func(dst *metric.Float64Histogram, name, desc string, bounds []float64) {
-		if err != nil {
+		if err != nil || ownHistograms {
 			return
 		}
 		*dst, err = m.Float64Histogram(name, metric.WithDescription(desc),
@@ -98,10 +100,13 @@ func (in *instruments) attrs(op, model, reason, errType string) *attrSets {
 			dur = append(append([]attribute.KeyValue(nil), base...), attributes.ErrorType.String(errType))
 		}
 		fin := append(append([]attribute.KeyValue(nil), base...), attributes.FinishReason.String(reason))
+		bs, ds := attribute.NewSet(base...), attribute.NewSet(dur...)
 		s = &attrSets{
-			base:     metric.WithAttributeSet(attribute.NewSet(base...)),
-			duration: metric.WithAttributeSet(attribute.NewSet(dur...)),
-			finished: metric.WithAttributeSet(attribute.NewSet(fin...)),
+			baseSet:     bs,
+			durationSet: ds,
+			base:        metric.WithAttributeSet(bs),
+			duration:    metric.WithAttributeSet(ds),
+			finished:    metric.WithAttributeSet(attribute.NewSet(fin...)),
 		}
 		// The key space is bounded: models collapse to "other" past the
 		// configured set, and reasons and error types are length-capped,

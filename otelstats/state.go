@@ -42,12 +42,19 @@ func init() {
 // histogram has exactly the counts and sum of the real gaps while the state
 // stays bounded however long the output is.
 type itlHist struct {
-	n   [nITL]uint32
-	sum [nITL]int64
+	n        [nITL]uint32
+	sum      [nITL]int64
+	min, max int64
+	cnt      uint32
 }
 
 func (h *itlHist) add(gap int64) {
 	i := sort.Search(len(itlBoundsNs), func(i int) bool { return gap <= itlBoundsNs[i] })
+	if h.cnt == 0 || gap < h.min {
+		h.min = gap
+	}
+	h.max = max(h.max, gap)
+	h.cnt++
 	h.n[i]++
 	h.sum[i] += gap
 }

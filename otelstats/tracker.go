@@ -93,7 +93,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 	if cfg.detail == DetailInherit || cfg.detail > DetailTokens {
 		cfg.detail = DetailTree
 	}
-	inst, err := newInstruments(cfg.mp)
+	inst, err := newInstruments(cfg.mp, cfg.agg != nil)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,198 @@
+package otelstats
+
+import (
+	"context"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmtrace/llmtrace/attributes"
+)
+
+// Aggregator aggregates llmtrace's eight latency histograms itself and hands
+// them to metric readers as an sdkmetric.Producer. It is the fast path: one
+// lock per finished request and a merge of the request's per-bucket ITL
+// counts, instead of one Histogram.Record per inter-token gap (tens of
+// nanoseconds each, hundreds per request). The data is the same — names,
+// units, boundaries, attributes, cumulative temporality, exemplars of kept
+// traces — and ITL min/max are exact here.
+//
+// Wire it into every reader that should see the histograms, then give it to
+// the tracker:
+//
+//	agg := otelstats.NewAggregator()
+//	reader := sdkmetric.NewPeriodicReader(exp, sdkmetric.WithProducer(agg))
+//	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+//	tracker, _ := otelstats.NewTracker(otelstats.WithMeterProvider(mp), otelstats.WithAggregator(agg))
+//
+// With an Aggregator the tracker does not create those eight histogram
+// instruments on the MeterProvider (so nothing is exported twice); counters
+// and gauges still go through the MeterProvider. The zero Aggregator is not
+// usable; it is safe for concurrent use. Readers must use cumulative
+// temporality (the default of OTLP and Prometheus exporters).
+type Aggregator struct {
+	start time.Time
+	mu    sync.Mutex
+	// series[h] maps an attribute set to its point.
+	series [numHists]map[attribute.Distinct]*aggPoint
+}
+
+var _ sdkmetric.Producer = (*Aggregator)(nil)
+
+const (
+	hTTFT = iota
+	hTPOT
+	hE2E
+	hITL
+	hQueue
+	hPrefill
+	hDecode
+	hInference
+	numHists
+)
+
+var histDefs = [numHists]struct {
+	name, desc string
+	bounds     []float64
+}{
+	{attributes.MetricTimeToFirstToken, "Time to first token.", attributes.TimeToFirstTokenBuckets()},
+	{attributes.MetricTimePerOutputToken, "Time per output token after the first.", attributes.TimePerOutputTokenBuckets()},
+	{attributes.MetricRequestDuration, "End-to-end request duration.", attributes.RequestDurationBuckets()},
+	{attributes.MetricInterTokenLatency, "Gap between successive token deliveries.", attributes.InterTokenLatencyBuckets()},
+	{attributes.MetricQueueDuration, "Time in the waiting queue before the first scheduling.", attributes.PhaseDurationBuckets()},
+	{attributes.MetricPrefillDuration, "First scheduling to first token.", attributes.PhaseDurationBuckets()},
+	{attributes.MetricDecodeDuration, "First token to finish.", attributes.PhaseDurationBuckets()},
+	{attributes.MetricInferenceDuration, "First scheduling to finish.", attributes.PhaseDurationBuckets()},
+}
+
+type aggPoint struct {
+	attrs     attribute.Set
+	counts    []uint64
+	sum       float64
+	count     uint64
+	min, max  float64
+	exemplars []metricdata.Exemplar[float64] // one per bucket, the latest kept trace
+}
+
+// NewAggregator returns an empty Aggregator.
+func NewAggregator() *Aggregator {
+	a := &Aggregator{start: time.Now()}
+	for i := range a.series {
+		a.series[i] = make(map[attribute.Distinct]*aggPoint)
+	}
+	return a
+}
+
+func (a *Aggregator) point(h int, set attribute.Set) *aggPoint {
+	p, ok := a.series[h][set.Equivalent()]
+	if !ok {
+		p = &aggPoint{attrs: set, counts: make([]uint64, len(histDefs[h].bounds)+1), min: math.Inf(1), max: math.Inf(-1)}
+		a.series[h][set.Equivalent()] = p
+	}
+	return p
+}
+
+func bucketOf(bounds []float64, v float64) int {
+	return sort.SearchFloat64s(bounds, v) // bounds[i-1] < v <= bounds[i]
+}
+
+func (p *aggPoint) add(h int, v float64, sc trace.SpanContext, now time.Time) {
+	i := bucketOf(histDefs[h].bounds, v)
+	p.counts[i]++
+	p.sum += v
+	p.count++
+	p.min, p.max = min(p.min, v), max(p.max, v)
+	if sc.IsSampled() {
+		if p.exemplars == nil {
+			p.exemplars = make([]metricdata.Exemplar[float64], len(p.counts))
+		}
+		e := &p.exemplars[i]
+		e.Value, e.Time = v, now
+		tid, sid := sc.TraceID(), sc.SpanID()
+		e.TraceID, e.SpanID = append(e.TraceID[:0], tid[:]...), append(e.SpanID[:0], sid[:]...)
+	}
+}
+
+// record adds one finished request.
+func (a *Aggregator) record(ctx context.Context, s *RequestStats, itl *itlHist, base, duration attribute.Set) {
+	sc := trace.SpanContextFromContext(ctx)
+	now := time.Now()
+	vals := [numHists]Latency{
+		hTTFT: s.FirstTokenLatency, hTPOT: s.TimePerOutputToken, hE2E: s.E2ELatency,
+		hQueue: s.QueueDuration, hPrefill: s.PrefillLatency, hDecode: s.DecodeLatency, hInference: s.InferenceLatency,
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for h, l := range vals {
+		if !l.Valid {
+			continue
+		}
+		set := base
+		if h == hE2E {
+			set = duration
+		}
+		a.point(h, set).add(h, l.Value.Seconds(), sc, now)
+	}
+	if itl.cnt == 0 {
+		return
+	}
+	p := a.point(hITL, base)
+	for i, c := range itl.n {
+		if c == 0 {
+			continue
+		}
+		// itlHist uses the same boundaries, in nanoseconds.
+		p.counts[i] += uint64(c)
+		p.count += uint64(c)
+		p.sum += float64(itl.sum[i]) / 1e9
+	}
+	p.min = min(p.min, float64(itl.min)/1e9)
+	p.max = max(p.max, float64(itl.max)/1e9)
+}
+
+// Produce returns the histograms aggregated so far (cumulative).
+func (a *Aggregator) Produce(context.Context) ([]metricdata.ScopeMetrics, error) {
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sm := metricdata.ScopeMetrics{Scope: instrumentation.Scope{Name: ScopeName, Version: Version()}}
+	for h := range a.series {
+		if len(a.series[h]) == 0 {
+			continue
+		}
+		d := metricdata.Histogram[float64]{Temporality: metricdata.CumulativeTemporality}
+		for _, p := range a.series[h] {
+			dp := metricdata.HistogramDataPoint[float64]{
+				Attributes:   p.attrs,
+				StartTime:    a.start,
+				Time:         now,
+				Count:        p.count,
+				Bounds:       histDefs[h].bounds,
+				BucketCounts: append([]uint64(nil), p.counts...),
+				Sum:          p.sum,
+				Min:          metricdata.NewExtrema(p.min),
+				Max:          metricdata.NewExtrema(p.max),
+			}
+			for _, e := range p.exemplars {
+				if e.TraceID != nil {
+					dp.Exemplars = append(dp.Exemplars, e)
+				}
+			}
+			d.DataPoints = append(d.DataPoints, dp)
+		}
+		sm.Metrics = append(sm.Metrics, metricdata.Metrics{
+			Name: histDefs[h].name, Description: histDefs[h].desc, Unit: attributes.UnitSeconds, Data: d,
+		})
+	}
+	if len(sm.Metrics) == 0 {
+		return nil, nil
+	}
+	return []metricdata.ScopeMetrics{sm}, nil
+}

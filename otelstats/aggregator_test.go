@@ -1,0 +1,110 @@
+package otelstats
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/spans"
+)
+
+// The Aggregator exports the same histograms as the MeterProvider path:
+// bucket counts, counts and sums, per attribute set.
+func TestAggregatorMatchesInstruments(t *testing.T) {
+	collect := func(useAgg bool) map[string]map[string]metricdata.HistogramDataPoint[float64] {
+		var agg *Aggregator
+		var reader *sdkmetric.ManualReader
+		opts := []Option{}
+		if useAgg {
+			agg = NewAggregator()
+			reader = sdkmetric.NewManualReader(sdkmetric.WithProducer(agg))
+			opts = append(opts, WithAggregator(agg))
+		} else {
+			reader = sdkmetric.NewManualReader()
+		}
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		tp := sdktrace.NewTracerProvider(sdktrace.WithIDGenerator(spans.IDGenerator()))
+		tr, err := NewTracker(append(opts, WithMeterProvider(mp), WithTracerProvider(tp), WithSampling(nil))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(7, 7))
+		for i := range 300 {
+			id := fmt.Sprint("r", i)
+			t0 := float64(i) * 100
+			reason := "stop"
+			if i%10 == 0 {
+				reason = "abort"
+			}
+			req, _ := tr.Arrive(context.Background(), id, Arrival{Time: at(t0), Model: []string{"a", "b"}[i%2]})
+			_ = tr.Step(&Step{Time: at(t0 + 1), Queued: []string{id}})
+			_ = tr.Step(&Step{Time: at(t0 + 2 + rng.Float64()*50), Scheduled: []Scheduled{{RequestID: id, ComputedTokens: 10}}})
+			now := t0 + 60 + rng.Float64()*500
+			for k := range 1 + i%7 {
+				_ = tr.Step(&Step{Time: at(now), Decoded: []Decoded{{RequestID: id}}})
+				if k%2 == 0 || i%3 == 0 {
+					_ = req.Detokenized(at(now+0.5), 1, 0)
+				}
+				now += rng.Float64() * 200
+			}
+			_ = tr.Step(&Step{Time: at(now), Finished: []Finished{{RequestID: id, Reason: reason}}})
+			_ = req.Finish(at(now+1), reason)
+		}
+		_ = tr.Shutdown(context.Background())
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]map[string]metricdata.HistogramDataPoint[float64]{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				h, ok := m.Data.(metricdata.Histogram[float64])
+				if !ok {
+					continue
+				}
+				if out[m.Name] == nil {
+					out[m.Name] = map[string]metricdata.HistogramDataPoint[float64]{}
+				}
+				for _, dp := range h.DataPoints {
+					out[m.Name][dp.Attributes.Encoded(attribute.DefaultEncoder())] = dp
+				}
+			}
+		}
+		return out
+	}
+	want, got := collect(false), collect(true)
+	if len(want) != 8 || len(got) != 8 {
+		t.Fatalf("histograms: instruments %d, aggregator %d, want 8 each", len(want), len(got))
+	}
+	for name, pts := range want {
+		for attrs, w := range pts {
+			g, ok := got[name][attrs]
+			if !ok {
+				t.Errorf("%s{%s}: missing from the aggregator", name, attrs)
+				continue
+			}
+			if g.Count != w.Count || fmt.Sprint(g.BucketCounts) != fmt.Sprint(w.BucketCounts) || fmt.Sprint(g.Bounds) != fmt.Sprint(w.Bounds) {
+				t.Errorf("%s{%s}: aggregator count %d buckets %v, instruments %d %v", name, attrs, g.Count, g.BucketCounts, w.Count, w.BucketCounts)
+			}
+			if math.Abs(g.Sum-w.Sum) > 1e-9*math.Max(1, w.Sum) {
+				t.Errorf("%s{%s}: sum %v vs %v", name, attrs, g.Sum, w.Sum)
+			}
+		}
+		if len(got[name]) != len(pts) {
+			t.Errorf("%s: %d series in the aggregator, %d via instruments", name, len(got[name]), len(pts))
+		}
+	}
+	if c := got[attributes.MetricInterTokenLatency]; len(c) == 0 {
+		t.Fatal("no ITL from the aggregator")
+	}
+	_ = time.Second
+}
