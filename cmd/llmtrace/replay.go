@@ -57,7 +57,8 @@ func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 
 	ctx := context.Background()
-	prov, err := otelsetup.Setup(ctx, otelsetup.Config{ServiceName: "llmtrace-replay"})
+	agg := otelstats.NewAggregator()
+	prov, err := otelsetup.Setup(ctx, otelsetup.Config{ServiceName: "llmtrace-replay", Aggregator: agg})
 	if err != nil {
 		fmt.Fprintf(stderr, "llmtrace replay: telemetry setup: %v\n", err)
 		return 1
@@ -69,6 +70,7 @@ func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	tr, err := otelstats.NewTracker(
 		otelstats.WithTracerProvider(prov.TracerProvider),
 		otelstats.WithMeterProvider(prov.MeterProvider),
+		otelstats.WithAggregator(agg),
 		otelstats.WithTokenLatencies(true),
 		otelstats.WithFrontendGrace(*grace),
 		otelstats.WithHoldWindow(*hold),

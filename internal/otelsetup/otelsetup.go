@@ -53,6 +53,10 @@ type Config struct {
 	Prometheus bool
 	// Getenv reads the environment; os.Getenv when nil.
 	Getenv func(string) string
+	// Aggregator, when set, is registered as a producer on the OTLP and
+	// Prometheus readers, so a tracker built WithAggregator(Aggregator)
+	// exports its latency histograms through them.
+	Aggregator *otelstats.Aggregator
 }
 
 // Providers are the configured providers. Shutdown flushes and stops them.
@@ -101,12 +105,20 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 		if err != nil {
 			return nil, err
 		}
-		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+		var ropts []sdkmetric.PeriodicReaderOption
+		if c.Aggregator != nil {
+			ropts = append(ropts, sdkmetric.WithProducer(c.Aggregator))
+		}
+		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, ropts...)))
 		p.MetricsExported = true
 	}
 	if c.Prometheus {
 		reg := prometheus.NewRegistry()
-		exp, err := promexp.New(promexp.WithRegisterer(reg))
+		popts := []promexp.Option{promexp.WithRegisterer(reg)}
+		if c.Aggregator != nil {
+			popts = append(popts, promexp.WithProducer(c.Aggregator))
+		}
+		exp, err := promexp.New(popts...)
 		if err != nil {
 			return nil, err
 		}
