@@ -48,8 +48,11 @@ type Config struct {
 	// HELLO's wall time is added to every time of the stream. Use it for
 	// producers on the same host (Unix socket, loopback, stdin), where a
 	// HELLO arrives within microseconds, so a producer whose wall clock is
-	// off still lines up with the others; without it the producer's own
-	// anchor is trusted (SPEC §5) and skew is clamped by the span builder.
+	// off still lines up with the others. The alignment is as precise as
+	// the HELLO's delivery (the Producer sends it the moment it connects);
+	// it never moves within a stream, so a side's times keep their order.
+	// Without it the producer's own anchor is trusted (SPEC §5) and skew is
+	// clamped by the span builder.
 	AlignClocks bool
 	// Logger gets connection events and, at debug level, every rejection.
 	Logger *slog.Logger

@@ -126,10 +126,10 @@ func (e *env) numStats() int {
 	return len(e.stats)
 }
 
-// wait polls cond for up to 5 s.
+// wait polls cond for up to 20 s (CI machines can be loaded).
 func wait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -62,8 +62,9 @@ type ProducerStats struct {
 // Producer sends updates to a Collector over a Unix socket or TCP. Send
 // never blocks: updates wait in a bounded buffer for one writer goroutine,
 // which batches them into as few writes as possible and re-dials with
-// exponential backoff when the connection is lost. Each connection starts
-// with the stream header and a HELLO carrying the producer's clock anchor;
+// exponential backoff when the connection is lost. It connects as soon as
+// it is created; each connection starts with the stream header and a HELLO
+// carrying the producer's clock anchor, written at once;
 // updates whose time has a monotonic reading (time.Now) are sent on the
 // monotonic clock. A Producer is safe for concurrent use.
 type Producer struct {
@@ -88,7 +89,8 @@ type Producer struct {
 }
 
 // NewProducer starts a producer. It connects in the background; updates sent
-// before the collector is up wait in the buffer.
+// before the collector is up wait in the buffer (and are dropped when it
+// fills).
 func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	a, err := ParseAddr(cfg.Addr)
 	if err != nil {
@@ -254,10 +256,51 @@ func (p *Producer) run() {
 		// What is left was never written.
 		p.n.dropped.Add(int64(len(p.ch)))
 	}()
+	drop := func() {
+		_ = conn.Close()
+		conn = nil
+		p.connMu.Lock()
+		p.conn = nil
+		p.connMu.Unlock()
+	}
 	var buf []byte
 	backoff := p.cfg.MinBackoff
 	stopping := false
 	for {
+		if conn == nil {
+			// Connect eagerly, and send the clock anchor at once: the
+			// HELLO's timing is what a collector aligning clocks measures.
+			c, err := p.dial()
+			if err == nil {
+				conn = c
+				buf = p.appendHeader(buf[:0])
+				_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+				if _, err = conn.Write(buf); err != nil {
+					drop()
+				}
+			}
+			if err != nil {
+				if stopping || p.ctx.Err() != nil {
+					return // closing, and nobody to send to
+				}
+				p.log.Debug("collector unreachable", "addr", p.addr.String(), "err", err, "retry_in", backoff)
+				t := time.NewTimer(backoff)
+				select {
+				case <-t.C:
+				case <-p.stop:
+					stopping = true
+					t.Stop()
+				case <-p.ctx.Done():
+					t.Stop()
+				}
+				backoff = min(2*backoff, p.cfg.MaxBackoff)
+				continue
+			}
+			backoff = p.cfg.MinBackoff
+			p.n.connects.Add(1)
+			p.log.Info("connected to collector", "addr", p.addr.String())
+		}
+
 		var u otelstats.Update
 		if !stopping {
 			select {
@@ -265,6 +308,8 @@ func (p *Producer) run() {
 			case <-p.stop:
 				stopping = true
 				continue
+			case <-p.ctx.Done():
+				return
 			}
 		} else {
 			select {
@@ -277,36 +322,8 @@ func (p *Producer) run() {
 			p.n.dropped.Add(1)
 			return
 		}
-		buf = buf[:0]
-		for conn == nil {
-			c, err := p.dial()
-			if err == nil {
-				conn = c
-				backoff = p.cfg.MinBackoff
-				p.n.connects.Add(1)
-				p.log.Info("connected to collector", "addr", p.addr.String())
-				buf = p.appendHeader(buf)
-				break
-			}
-			if stopping || p.ctx.Err() != nil {
-				// Closing and nobody to send to.
-				p.n.dropped.Add(1)
-				return
-			}
-			p.log.Debug("collector unreachable", "addr", p.addr.String(), "err", err, "retry_in", backoff)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-p.stop:
-				stopping = true
-				t.Stop()
-			case <-p.ctx.Done():
-				t.Stop()
-			}
-			backoff = min(2*backoff, p.cfg.MaxBackoff)
-		}
 		n := 1
-		buf = p.appendUpdate(buf, &u)
+		buf = p.appendUpdate(buf[:0], &u)
 	batch:
 		for n < maxBatchUpdates && len(buf) < maxBatchBytes {
 			select {
@@ -321,11 +338,7 @@ func (p *Producer) run() {
 		if _, err := conn.Write(buf); err != nil {
 			p.n.lost.Add(int64(n))
 			p.log.Warn("lost the collector connection", "addr", p.addr.String(), "err", err, "lost_updates", n)
-			_ = conn.Close()
-			conn = nil
-			p.connMu.Lock()
-			p.conn = nil
-			p.connMu.Unlock()
+			drop()
 			continue
 		}
 		p.n.sent.Add(int64(n))

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/llmtrace/llmtrace/internal/spanlog"
+)
+
+// The binaries under test, built once.
+var (
+	buildOnce          sync.Once
+	buildErr           error
+	binDir             string
+	mpBin, llmtraceBin string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func build(t *testing.T) {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "mpbin")
+		if buildErr != nil {
+			return
+		}
+		mpBin = filepath.Join(binDir, "multiprocess")
+		llmtraceBin = filepath.Join(binDir, "llmtrace")
+		for _, b := range [][2]string{{mpBin, "."}, {llmtraceBin, "../../cmd/llmtrace"}} {
+			out, err := exec.Command("go", "build", "-o", b[0], b[1]).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+// shortDir is a temporary directory short enough for Unix socket paths.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "mp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// proc is a started OS process with its output captured.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan error
+}
+
+func start(t *testing.T, name, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(bin, args...), out: &bytes.Buffer{}, done: make(chan error, 1)}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// No test exports: the OTEL_* environment of the machine is not ours.
+	p.cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_METRICS_EXPORTER=none")
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("--- %s output:\n%s", p.name, p.out.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) wait(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err // for Cleanup
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", p.name, err, p.out.String())
+		}
+	case <-time.After(within):
+		t.Fatalf("%s did not exit within %v\n%s", p.name, within, p.out.String())
+	}
+}
+
+func waitSocket(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on %s", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type reqStats struct {
+	RequestID    string   `json:"request_id"`
+	FinishReason string   `json:"finish_reason"`
+	TTFT         *float64 `json:"first_token_latency_s"`
+	Queue        *float64 `json:"queue_duration_s"`
+	Prefill      *float64 `json:"prefill_latency_s"`
+	Decode       *float64 `json:"decode_latency_s"`
+	Prompt       *int     `json:"num_prompt_tokens"`
+	Output       int      `json:"num_output_tokens"`
+	Cached       *int     `json:"num_cached_tokens"`
+	TraceID      string   `json:"trace_id"`
+	SpanID       string   `json:"span_id"`
+	Clamped      int      `json:"clamped_spans"`
+}
+
+func readStats(t *testing.T, path string) []reqStats {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []reqStats
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var s reqStats
+		if err := json.Unmarshal(line, &s); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func readSpans(t *testing.T, path string) map[string][]spanlog.Span {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sp, err := spanlog.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string][]spanlog.Span{}
+	for _, s := range sp {
+		by[s.TraceID] = append(by[s.TraceID], s)
+	}
+	return by
+}
+
+const (
+	nRequests  = 24
+	abortEvery = 8
+	offset     = "-400ms" // the engine process's clock runs 400 ms behind
+)
+
+// checkRun checks that every request's trace is complete and that every
+// child span lies inside its root. aligned says whether the collector
+// anchored the engine on its own clock.
+func checkRun(t *testing.T, stats []reqStats, traces map[string][]spanlog.Span, aligned bool) {
+	t.Helper()
+	if len(stats) != nRequests {
+		t.Fatalf("%d finished requests, want %d", len(stats), nRequests)
+	}
+	aborts, clamped := 0, 0
+	for _, s := range stats {
+		if s.FinishReason == "abort" {
+			aborts++
+		} else {
+			clamped += s.Clamped
+			if s.FinishReason != "stop" && s.FinishReason != "length" {
+				t.Errorf("%s: finish reason %q", s.RequestID, s.FinishReason)
+			}
+		}
+		if s.TTFT == nil || s.Queue == nil || s.Prefill == nil || s.Decode == nil || s.Prompt == nil || s.Output < 3 ||
+			s.Cached == nil || *s.Cached != 32 {
+			t.Errorf("%s: incomplete stats %+v", s.RequestID, s)
+		}
+		if !aligned && s.Clamped == 0 {
+			t.Errorf("%s: no span clamped although the engine's clock is %s off", s.RequestID, offset)
+		}
+
+		spans := traces[s.TraceID]
+		var root *spanlog.Span
+		names := map[string]int{}
+		for i := range spans {
+			if spans[i].SpanID == s.SpanID {
+				root = &spans[i]
+			}
+			names[spans[i].Name]++
+		}
+		if root == nil || root.Name != "chat toy-llm" || root.Kind != "server" {
+			t.Errorf("%s: no root span in %v", s.RequestID, names)
+			continue
+		}
+		for _, n := range []string{"llm.input_processing", "llm.queue", "llm.prefill", "llm.decode", "llm.detokenize"} {
+			if names[n] == 0 {
+				t.Errorf("%s: no %s span (have %v)", s.RequestID, n, names)
+			}
+		}
+		var ip, queue *spanlog.Span
+		for i := range spans {
+			c := &spans[i]
+			if c == root {
+				continue
+			}
+			if c.ParentSpanID != root.SpanID {
+				t.Errorf("%s: %s's parent is %s, not the root", s.RequestID, c.Name, c.ParentSpanID)
+			}
+			if c.StartNs < root.StartNs || c.EndNs > root.EndNs || c.EndNs < c.StartNs {
+				t.Errorf("%s: %s [%d, %d] outside its root [%d, %d] or negative", s.RequestID, c.Name,
+					c.StartNs, c.EndNs, root.StartNs, root.EndNs)
+			}
+			switch {
+			case c.Name == "llm.input_processing":
+				ip = c
+			case c.Name == "llm.queue" && c.Attributes["llm.queue.reason"] == "new":
+				queue = c
+			}
+		}
+		if aligned && ip != nil && queue != nil {
+			// The engine's QUEUED follows the frontend's hand-off by the
+			// socket's latency, not by the engine clock's 400 ms; aligning
+			// at the HELLO is as precise as the HELLO's delivery.
+			if d := time.Duration(queue.StartNs - ip.EndNs); d < -5*time.Millisecond || d > 50*time.Millisecond {
+				t.Errorf("%s: engine queued %v after input processing ended; the clocks are not aligned", s.RequestID, d)
+			}
+		}
+		if !aligned && queue != nil && queue.StartNs != root.StartNs {
+			t.Errorf("%s: the skewed engine's queue span was not clamped to the root's start", s.RequestID)
+		}
+	}
+	if want := nRequests / abortEvery; aborts != want {
+		t.Errorf("%d aborted requests, want %d", aborts, want)
+	}
+	t.Logf("%d requests, %d aborted, %d spans clamped outside the aborted ones", len(stats), aborts, clamped)
+}
+
+// TestTwoProcesses runs the frontend (with the collector in it) and the
+// engine core as two OS processes over Unix sockets, the engine's clock 400
+// ms behind: every trace is complete and every child span lies inside its
+// root, because the span builder clamps what the skew pushes outside.
+func TestTwoProcesses(t *testing.T) {
+	build(t)
+	dir := shortDir(t)
+	eng, col := "unix:"+filepath.Join(dir, "e.sock"), "unix:"+filepath.Join(dir, "c.sock")
+	statsFile, spansFile := filepath.Join(dir, "stats.jsonl"), filepath.Join(dir, "spans.jsonl")
+	engine := start(t, "engine", mpBin, "-role", "engine", "-engine", eng, "-collector", col, "-clock-offset", offset)
+	frontend := start(t, "frontend", mpBin, "-role", "frontend", "-spawn-engine=false", "-engine", eng, "-collector", col,
+		"-n", fmt.Sprint(nRequests), "-abort-every", fmt.Sprint(abortEvery), "-stats-out", statsFile, "-spans-out", spansFile)
+	frontend.wait(t, 2*time.Minute)
+	engine.wait(t, 30*time.Second)
+	checkRun(t, readStats(t, statsFile), readSpans(t, spansFile), false)
+	if !strings.Contains(engine.out.String(), "engine stopped") {
+		t.Errorf("engine output:\n%s", engine.out.String())
+	}
+}
+
+// TestThreeProcessesAligned puts `llmtrace collect -align-clocks` in a third
+// process; frontend and engine both stream to it. The collector anchors each
+// producer on its own clock at the HELLO, so the engine's 400 ms skew
+// disappears.
+func TestThreeProcessesAligned(t *testing.T) {
+	build(t)
+	dir := shortDir(t)
+	colSock := filepath.Join(dir, "c.sock")
+	eng, col := "unix:"+filepath.Join(dir, "e.sock"), "unix:"+colSock
+	statsFile, spansFile := filepath.Join(dir, "stats.jsonl"), filepath.Join(dir, "spans.jsonl")
+	collector := start(t, "collect", llmtraceBin, "collect", "-listen", col, "-align-clocks",
+		"-stats-out", statsFile, "-spans-out", spansFile, "-stats-log", "0")
+	waitSocket(t, colSock)
+	engine := start(t, "engine", mpBin, "-role", "engine", "-engine", eng, "-collector", col, "-clock-offset", offset)
+	frontend := start(t, "frontend", mpBin, "-role", "frontend", "-spawn-engine=false", "-host-collector=false",
+		"-engine", eng, "-collector", col, "-n", fmt.Sprint(nRequests), "-abort-every", fmt.Sprint(abortEvery))
+	frontend.wait(t, 2*time.Minute)
+	engine.wait(t, 30*time.Second)
+	// Both producers flushed before exiting; give the collector a moment to
+	// read the last bytes, then stop it.
+	time.Sleep(200 * time.Millisecond)
+	if err := collector.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	collector.wait(t, 30*time.Second)
+	checkRun(t, readStats(t, statsFile), readSpans(t, spansFile), true)
+	if out := collector.out.String(); !strings.Contains(out, "dropped=0") || !strings.Contains(out, "rejected=0") {
+		t.Errorf("collector lost updates:\n%s", out)
+	}
+}
+
+// TestPythonProducer runs producer.py — the protocol's 30-line Python
+// example — against `llmtrace collect`, in both encodings.
+func TestPythonProducer(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3 is required in CI")
+		}
+		t.Skip("python3 not found")
+	}
+	build(t)
+	for _, mode := range []string{"binary", "json"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := shortDir(t)
+			sock := filepath.Join(dir, "c.sock")
+			statsFile := filepath.Join(dir, "stats.jsonl")
+			collector := start(t, "collect", llmtraceBin, "collect", "-listen", "unix:"+sock, "-stats-out", statsFile, "-stats-log", "0")
+			waitSocket(t, sock)
+			args := []string{"producer.py", "unix:" + sock, "4"}
+			if mode == "json" {
+				args = append(args, "--json")
+			}
+			if out, err := exec.Command(py, args...).CombinedOutput(); err != nil {
+				t.Fatalf("producer.py: %v\n%s", err, out)
+			}
+			time.Sleep(200 * time.Millisecond)
+			collector.cmd.Process.Signal(syscall.SIGINT)
+			collector.wait(t, 30*time.Second)
+			stats := readStats(t, statsFile)
+			if len(stats) != 4 {
+				t.Fatalf("%d requests:\n%s", len(stats), collector.out.String())
+			}
+			for _, s := range stats {
+				var i int
+				fmt.Sscanf(s.RequestID, "py-%d", &i)
+				if s.FinishReason != "length" || s.Output != 4 || s.Prompt == nil || *s.Prompt != 100+i || s.Cached == nil || *s.Cached != 16 ||
+					s.TTFT == nil || s.Queue == nil || *s.Queue < 0.0015 || *s.Queue > 0.5 || s.Clamped != 0 {
+					t.Errorf("%+v", s)
+				}
+			}
+			if out := collector.out.String(); !strings.Contains(out, "encoding="+mode) || !strings.Contains(out, "rejected=0") {
+				t.Errorf("collector:\n%s", out)
+			}
+		})
+	}
+}
