@@ -138,6 +138,23 @@ func newBenchTracker(tb testing.TB, p *benchPipeline) *otelstats.Tracker {
 	return tr
 }
 
+// benchCPU measures the process's CPU time (every thread: the recording
+// goroutine, the BatchSpanProcessor's, the GC) over a benchmark's timed
+// loop and reports it per op as cpu-ns/op. On a shared, loaded machine
+// wall-clock ns/op counts the time the benchmark was not even running;
+// CPU time does not, so it is the steadier figure there.
+type benchCPU int64
+
+func startBenchCPU() benchCPU { return benchCPU(benchCPUTime()) }
+
+func (c benchCPU) report(b *testing.B) {
+	end := benchCPUTime()
+	if c < 0 || end < 0 || b.N == 0 {
+		return
+	}
+	b.ReportMetric(float64(end-int64(c))/float64(b.N), "cpu-ns/op")
+}
+
 // benchClock gives the benchmarks' times: the real clock (time.Now, what a
 // frontend or engine calls), or a simulated one that advances by tick per
 // engine step.
@@ -352,6 +369,7 @@ func BenchmarkNaiveToken(b *testing.B) {
 	qs := naiveBatch(newNaive(b, p.tp, p.mp), benchBatch)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := startBenchCPU()
 	for i := range b.N {
 		q := qs[i%benchBatch]
 		q.token()
@@ -359,6 +377,7 @@ func BenchmarkNaiveToken(b *testing.B) {
 			q.endDecode()
 		}
 	}
+	cpu.report(b)
 }
 
 // naiveBatch starts n naive requests and brings them to decoding.
@@ -384,11 +403,13 @@ func BenchmarkStepToken(b *testing.B) {
 	e.decode(b, benchBatch) // first tokens
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := startBenchCPU()
 	for done := 0; done < b.N; {
 		n := min(benchBatch, b.N-done)
 		e.decode(b, n)
 		done += n
 	}
+	cpu.report(b)
 }
 
 // Per engine step ---------------------------------------------------------
@@ -399,6 +420,7 @@ func BenchmarkNaiveStep1024(b *testing.B) {
 	p := newBenchPipeline(b, nil, false)
 	qs := naiveBatch(newNaive(b, p.tp, p.mp), 1024)
 	b.ReportAllocs()
+	cpu := startBenchCPU()
 	for b.Loop() {
 		for _, q := range qs {
 			q.token()
@@ -407,6 +429,7 @@ func BenchmarkNaiveStep1024(b *testing.B) {
 			}
 		}
 	}
+	cpu.report(b)
 }
 
 // BenchmarkStep1024: one op is one Tracker.Step with 1024 running requests
@@ -418,9 +441,11 @@ func BenchmarkStep1024(b *testing.B) {
 	e.prefill(b, benchPromptTokens)
 	e.decode(b, 1024)
 	b.ReportAllocs()
+	cpu := startBenchCPU()
 	for b.Loop() {
 		e.decode(b, 1024)
 	}
+	cpu.report(b)
 }
 
 // Per request -------------------------------------------------------------
@@ -430,10 +455,12 @@ func benchNaiveRequest(b *testing.B, sampler sdktrace.Sampler) {
 	n := newNaive(b, p.tp, p.mp)
 	b.ReportAllocs()
 	i := 0
+	cpu := startBenchCPU()
 	for b.Loop() {
 		naiveBenchRequest(n, benchIDs[i%len(benchIDs)])
 		i++
 	}
+	cpu.report(b)
 	b.StopTimer()
 	p.spansPerOp(b)
 }
@@ -443,12 +470,14 @@ func benchRequest(b *testing.B, sampler sdktrace.Sampler) {
 	e := newBenchEngine(b, newBenchTracker(b, p), realBenchClock())
 	b.ReportAllocs()
 	i := 0
+	cpu := startBenchCPU()
 	for b.Loop() {
 		j := i % len(benchIDs)
 		e.arrive(b, benchIDs[j:j+1]...)
 		e.benchRequest(b)
 		i++
 	}
+	cpu.report(b)
 	b.StopTimer()
 	p.spansPerOp(b)
 }
@@ -600,7 +629,8 @@ func benchMutexWait() float64 {
 // delivery, while an engine goroutine records Steps of all 256 requests.
 // It reports the time goroutines spent blocked on locks per delivery
 // (mutex-wait-ns/op) and the tokens the engine recorded meanwhile
-// (engine-tok/op). Variants:
+// (engine-tok/op); cpu-ns/op is the CPU of all goroutines, the engine's
+// included, per delivery. Variants:
 //
 //   - serial: one goroutine, a plain loop, no engine: the reference for
 //     scaling (with no shared lock, parallel ns/op is about half of it).
@@ -662,6 +692,7 @@ func BenchmarkParallelDeliveries(b *testing.B) {
 			b.ReportAllocs()
 			w0 := benchMutexWait()
 			b.ResetTimer()
+			cpu := startBenchCPU()
 			if v.serial {
 				for i := range b.N {
 					if err := e.reqs[i%benchBatch].Detokenized(time.Now(), 1, 0); err != nil {
@@ -691,6 +722,7 @@ func BenchmarkParallelDeliveries(b *testing.B) {
 					}
 				})
 			}
+			cpu.report(b)
 			b.StopTimer()
 			close(stop)
 			wg.Wait()
