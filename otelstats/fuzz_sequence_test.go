@@ -268,6 +268,16 @@ func checkFuzzInvariants(t *testing.T, f *fuzzRun) {
 		if s.FirstTokenLatency.Valid && s.FirstTokenLatency.Value > s.E2ELatency.Value {
 			t.Fatalf("%s: TTFT %v > e2e %v: %s", s.RequestID, s.FirstTokenLatency.Value, s.E2ELatency.Value, s.AppendJSON(nil))
 		}
+		// The instants are clamped into [ARRIVED, FINISHED] (SPEC §3), so
+		// every phase fits in e2e and TTFT + decode is e2e exactly.
+		for name, l := range lat {
+			if l.Value > s.E2ELatency.Value {
+				t.Fatalf("%s: %s %v > e2e %v: %s", s.RequestID, name, l.Value, s.E2ELatency.Value, s.AppendJSON(nil))
+			}
+		}
+		if s.FirstTokenLatency.Valid && s.FirstTokenLatency.Value+s.DecodeLatency.Value != s.E2ELatency.Value {
+			t.Fatalf("%s: TTFT %v + decode %v != e2e %v", s.RequestID, s.FirstTokenLatency.Value, s.DecodeLatency.Value, s.E2ELatency.Value)
+		}
 		if s.FirstTokenLatency.Valid != (s.NumOutputTokens > 0) {
 			t.Fatalf("%s: TTFT valid %v with %d tokens", s.RequestID, s.FirstTokenLatency.Valid, s.NumOutputTokens)
 		}
