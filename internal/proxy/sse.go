@@ -134,7 +134,7 @@ type message struct {
 	Object  string          `json:"object"` // "response": a Responses API body
 	Status  string          `json:"status"` // its status
 	Type    string          `json:"type"`   // a Responses API event
-	Delta   json.RawMessage `json:"delta"` // its text
+	Delta   json.RawMessage `json:"delta"`  // its text
 	Choices []struct {
 		Text    *string `json:"text"`
 		Delta   *part   `json:"delta"`
