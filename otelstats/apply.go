@@ -154,7 +154,9 @@ func (t *Tracker) apply(sh *shard, r *reqState, u *Update, side Side, ns int64) 
 		r.inputProcessed = ns
 		r.prompt = int32(u.NumPromptTokens)
 		if !u.Sampling.empty() {
-			r.ext().sampling = u.Sampling
+			sp := *u.Sampling // the caller may reuse its value
+			sp.Stop = append([]string(nil), sp.Stop...)
+			r.ext().sampling = &sp
 		}
 	case KindQueued:
 		if r.firstQueued == 0 {

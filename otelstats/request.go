@@ -72,6 +72,7 @@ func (q *Request) Context(ctx context.Context) context.Context {
 }
 
 // InputProcessed records INPUT_PROCESSED: tokenization and templating done.
+// The tracker keeps a copy of sp.
 func (q *Request) InputProcessed(at time.Time, promptTokens int, sp *SamplingParams) error {
 	return q.Record(Update{Kind: KindInputProcessed, Time: at, NumPromptTokens: promptTokens, Sampling: sp})
 }

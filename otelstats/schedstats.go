@@ -122,7 +122,15 @@ func (l *statsLog) maybeLog(ns int64) {
 	}
 	s := l.snapshot(ns)
 	l.mu.Unlock()
-	l.t.cfg.logger.LogAttrs(context.Background(), slog.LevelInfo, s.String(),
+	// The record carries the recorded time, not the wall clock, so a
+	// simulation's or replay's lines are stamped with their own time.
+	h := l.t.cfg.logger.Handler()
+	ctx := context.Background()
+	if !h.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	rec := slog.NewRecord(s.Time, slog.LevelInfo, s.String(), 0)
+	rec.AddAttrs(
 		slog.Float64("prompt_tokens_per_s", s.PromptThroughput),
 		slog.Float64("generation_tokens_per_s", s.GenerationThroughput),
 		slog.Int("running", s.Running),
@@ -131,6 +139,7 @@ func (l *statsLog) maybeLog(ns int64) {
 		slog.Float64("kv_cache_usage", s.KVCacheUsage),
 		slog.Float64("prefix_cache_hit_rate", s.HitRate),
 	)
+	_ = h.Handle(ctx, rec)
 }
 
 // snapshot computes the interval ending at ns and starts the next. Called

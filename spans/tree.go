@@ -116,7 +116,11 @@ func Build(tl *Timeline, dst *Tree) {
 			})
 		}
 		if !r.FirstToken.IsZero() {
-			d := dst.child(start, end, attributes.SpanDecode, r.FirstToken, runEnd)
+			// A run preempted right after its first token can see that
+			// token delivered after the PREEMPTED: the segment then
+			// lasts zero time at the delivery (no skew, nothing to
+			// count), and the prefill ends at the delivery too.
+			d := dst.child(start, end, attributes.SpanDecode, r.FirstToken, later(runEnd, r.FirstToken))
 			d.Attrs = append(d.Attrs,
 				attributes.DecodeOutputTokens.Int(r.OutputTokens),
 				attributes.DecodeSegment.Int(segment),
@@ -180,6 +184,13 @@ func (t *Tree) child(lo, hi time.Time, name string, s, e time.Time) *Span {
 		t.Clamped++
 	}
 	return t.add(name, trace.SpanKindInternal, cs, ce)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func clampTime(t, lo, hi time.Time) time.Time {
