@@ -179,7 +179,7 @@ type Proxy struct {
 }
 
 // New returns a proxy to cfg.Upstream recording into a new Tracker built
-// with opts (and a hook of the proxy's own).
+// with opts (after WithRequestTTL(0), before a hook of the proxy's own).
 func New(cfg Config, opts ...otelstats.Option) (*Proxy, error) {
 	if cfg.Upstream == nil || cfg.Upstream.Host == "" {
 		return nil, errors.New("proxy: Config.Upstream needs a scheme and host")
@@ -227,7 +227,9 @@ func New(cfg Config, opts ...otelstats.Option) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts = append(append([]otelstats.Option(nil), opts...), otelstats.WithOnFinish(p.onFinish))
+	// The proxy ends every request it starts, and records a stream's
+	// deliveries only at its end: a long stream is not abandoned.
+	opts = append(append([]otelstats.Option{otelstats.WithRequestTTL(0)}, opts...), otelstats.WithOnFinish(p.onFinish))
 	if p.tr, err = otelstats.NewTracker(opts...); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmtrace/llmtrace/internal/spanlog"
+)
+
+func TestProxyCommand(t *testing.T) {
+	var tp string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tp = r.Header.Get("traceparent")
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i, c := range []string{`{"choices":[{"delta":{"role":"assistant"}}]}`, `{"choices":[{"delta":{"content":"a"}}]}`,
+			`{"choices":[{"delta":{"content":"b"},"finish_reason":"stop"}]}`, `[DONE]`} {
+			if i > 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+			fmt.Fprintf(w, "data: %s\n\n", c)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	statsFile, spansFile := filepath.Join(dir, "stats.jsonl"), filepath.Join(dir, "spans.jsonl")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan string, 1)
+	done := make(chan int)
+	var stderr bytes.Buffer
+	go func() {
+		done <- runProxy(ctx, []string{"-listen", "127.0.0.1:0", "-upstream", up.URL, "-stats-out", statsFile,
+			"-spans-out", spansFile, "-stats-log", "0"}, io.Discard, &stderr, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case code := <-done:
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "[DONE]") {
+		t.Fatalf("body %s", body)
+	}
+	// The request is recorded when the response has ended.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if b, _ := os.ReadFile(statsFile); bytes.Contains(b, []byte(`"finish_reason":"stop"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stats; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	stats := readStats(t, statsFile)
+	var s map[string]any
+	for _, v := range stats {
+		s = v
+	}
+	if len(stats) != 1 || s["num_output_tokens"] != float64(2) || s["first_token_latency_s"] == nil {
+		t.Fatalf("stats %v", stats)
+	}
+	if want := "00-" + s["trace_id"].(string) + "-" + s["span_id"].(string) + "-01"; tp != want {
+		t.Errorf("upstream traceparent %q, want %q", tp, want)
+	}
+	f, err := os.Open(spansFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sp, _ := spanlog.Read(f)
+	names := map[string]bool{}
+	for _, x := range sp {
+		names[x.Name] = true
+	}
+	for _, n := range []string{"chat llama", "llm.proxy.wait_first_token", "llm.proxy.stream", "llm.detokenize"} {
+		if !names[n] {
+			t.Errorf("no %s span in %v", n, names)
+		}
+	}
+}
+
+func TestProxyUsage(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := runProxy(context.Background(), []string{"-upstream", "nope"}, io.Discard, &stderr, nil); code != 2 {
+		t.Errorf("bad upstream: exit %d", code)
+	}
+}
