@@ -136,11 +136,10 @@ func TestBuild(t *testing.T) {
 
 		// Clamping (SPEC §5): children stay inside the root, counted.
 		{
-			name: "engine instants before ARRIVED (skew)",
-			tl:   Timeline{Start: ms(10), End: ms(41), EngineEnd: ms(26), FirstQueued: ms(5), Runs: []Run{run(7, 40, -1, 1)}},
-			want: []want{root(10, 41), queue(10, 10, "new"), prefill(10, 40, false, 1),
-				decode(40, 40, 0, 1)}, // [40, 26] would be negative: made empty
-			clamped: 3,
+			name:    "engine instants before ARRIVED (skew)",
+			tl:      Timeline{Start: ms(10), End: ms(41), EngineEnd: ms(41), FirstQueued: ms(5), Runs: []Run{run(7, 40, -1, 1)}},
+			want:    []want{root(10, 41), queue(10, 10, "new"), prefill(10, 40, false, 1), decode(40, 41, 0, 1)},
+			clamped: 2, // queue [5,7] and prefill [7,40]
 		},
 		{
 			name:    "engine end after the request's end",
