@@ -423,3 +423,47 @@ func TestEngineTokenAfterFrontendFinished(t *testing.T) {
 	}
 	h.wantHist(attributes.MetricTimeToFirstToken, 1, 6)
 }
+
+// TestRejectionsAfterPreemption: rules around a preemption, injected into
+// the "recompute preemption during decode" scenario right after its
+// PREEMPTED (update 8, at 35 ms); the request must end with that
+// scenario's hand-computed stats.
+func TestRejectionsAfterPreemption(t *testing.T) {
+	var sc scenario
+	for _, s := range scenarios {
+		if s.id == "pre-decode" {
+			sc = s
+		}
+	}
+	if sc.ops[8].Kind != KindPreempted {
+		t.Fatalf("scenario changed: update 8 is %v", sc.ops[8].Kind)
+	}
+	cases := []struct {
+		name   string
+		u      Update
+		reason Reason
+	}{
+		// Recompute may cover prompt 10 + 2 generated = 12, not 13.
+		{"recompute computed > prompt + generated", prefilling("pre-decode", 50, 13, 2), ReasonComputedExceedsTokens},
+		{"recompute cached > computed", prefilling("pre-decode", 50, 12, 13), ReasonCachedExceedsComputed},
+		{"DECODING after PREEMPTED", decoding("pre-decode", 40, 1), ReasonBadTransition},
+		{"PREEMPTED twice", preempted("pre-decode", 40), ReasonBadTransition},
+		{"QUEUED after PREEMPTED", queued("pre-decode", 40), ReasonBadTransition},
+		{"resume before the preemption", prefilling("pre-decode", 34, 12, 2), ReasonTimeBackwards},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			for i, u := range sc.ops {
+				h.must(u)
+				if i == 8 {
+					checkRejection(t, h.tr.Record(c.u), c.u, c.reason)
+				}
+			}
+			if n, all := h.rejects(c.reason), h.rejects(""); n != 1 || all != 1 {
+				t.Errorf("rejections: %s = %d, total %d; want 1, 1", c.reason, n, all)
+			}
+			checkStats(t, h.statsOf("pre-decode"), sc.stats)
+		})
+	}
+}
