@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -78,6 +79,9 @@ type Options struct {
 	Linger time.Duration
 	// Progress prints progress lines on Stderr during long runs.
 	Progress bool
+	// Sampling is an end-of-request sampling policy in LLMTRACE_SAMPLING's
+	// syntax (otelstats.ParseSamplingPolicy); empty keeps every trace.
+	Sampling string
 	// ServiceName is the default service.name.
 	ServiceName string
 	// Getenv reads the OTEL_* environment (os.Getenv when nil).
@@ -124,6 +128,9 @@ type Report struct {
 	Wall       time.Duration
 	// StatsLines counts the stats lines printed.
 	StatsLines int
+	// Kept counts finished requests by sampling reason
+	// (otelstats.SampledAll when no policy is set).
+	Kept map[string]int
 }
 
 // Run runs the demo.
@@ -154,8 +161,14 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		return nil, err
 	}
 
+	policy, err := otelstats.ParseSamplingPolicy(o.Sampling)
+	if err != nil {
+		return nil, err
+	}
 	capture := waterfall.NewCapture(64)
+	agg := otelstats.NewAggregator()
 	prov, err := otelsetup.Setup(ctx, otelsetup.Config{
+		Aggregator:     agg,
 		ServiceName:    o.ServiceName,
 		SpanProcessors: append([]sdktrace.SpanProcessor{capture}, o.SpanProcessors...),
 		Prometheus:     o.MetricsAddr != "" || o.MetricsListener != nil,
@@ -193,6 +206,8 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	tr, err = otelstats.NewTracker(
 		otelstats.WithTracerProvider(prov.TracerProvider),
 		otelstats.WithMeterProvider(prov.MeterProvider),
+		otelstats.WithAggregator(agg),
+		otelstats.WithSampling(policy),
 		otelstats.WithModels(cfg.Model),
 		otelstats.WithStatsLog(logger, o.StatsInterval),
 		otelstats.WithTokenLatencies(true),
@@ -203,7 +218,13 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
 			mu.Lock()
 			col.Add(s)
-			pick.observe(s)
+			if s.Sampled {
+				pick.observe(s)
+			}
+			if rep.Kept == nil {
+				rep.Kept = map[string]int{}
+			}
+			rep.Kept[s.SamplingReason]++
 			mu.Unlock()
 			if o.OnFinish != nil {
 				o.OnFinish(s)
@@ -439,6 +460,18 @@ func printSummary(out io.Writer, rep *Report, cfg sim.Config) {
 		rep.Summary.Requests, clock(res.End.Sub(res.Start)), rep.Wall.Seconds(), res.Steps)
 	rep.Summary.WriteTable(out)
 	fmt.Fprintf(out, "engine: peak batch %d running, peak queue %d waiting\n", res.MaxRunning, res.MaxWaiting)
+	if _, all := rep.Kept[otelstats.SampledAll]; !all && len(rep.Kept) > 0 {
+		kept, why := 0, []string{}
+		for r, n := range rep.Kept {
+			if r != otelstats.NotSampled {
+				kept += n
+				why = append(why, fmt.Sprintf("%s=%d", r, n))
+			}
+		}
+		sort.Strings(why)
+		fmt.Fprintf(out, "traces kept by the sampling policy: %d of %d (%s); metrics counted all %d\n",
+			kept, rep.Summary.Requests, strings.Join(why, ", "), rep.Summary.Requests)
+	}
 }
 
 func printWaterfalls(out io.Writer, rep *Report) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/llmtrace/llmtrace/examples/simengine/internal/waterfall"
 	"github.com/llmtrace/llmtrace/internal/testbackend"
+	"github.com/llmtrace/llmtrace/otelstats"
 )
 
 // noOTLP keeps a test's run off any OTLP endpoint set in the environment.
@@ -206,4 +207,41 @@ func near(r, g, b int, hex string) bool {
 		return v
 	}
 	return abs(r-cr) <= 6 && abs(g-cg) <= 6 && abs(b-cb) <= 6
+}
+
+// -sampling keeps the preempted, slow and failed requests' traces and a
+// ratio of the rest, says so, and still counts every request.
+func TestSamplingPolicyFlag(t *testing.T) {
+	var out, errOut bytes.Buffer
+	o := smallRun(400)
+	o.Stdout, o.Stderr = &out, &errOut
+	o.Sampling = "errors,preempted,ttft>1s,ratio=0.05"
+	var exported int
+	o.OnFinish = func(s *otelstats.RequestStats) {
+		if s.Sampled {
+			exported++
+		}
+	}
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Requests != 400 {
+		t.Fatalf("summary counts %d requests, want all 400", rep.Summary.Requests)
+	}
+	if rep.Kept[otelstats.SampledPreempted] == 0 || rep.Kept[otelstats.NotSampled] == 0 {
+		t.Fatalf("kept by reason %v: want preempted ones kept and some dropped", rep.Kept)
+	}
+	if rep.Kept[otelstats.SampledAll] != 0 {
+		t.Fatalf("kept %v: the policy was not applied", rep.Kept)
+	}
+	if !strings.Contains(out.String(), "traces kept by the sampling policy: ") {
+		t.Errorf("output does not say what was kept:\n%s", out.String())
+	}
+	if exported >= 400 || exported == 0 {
+		t.Errorf("%d of 400 traces kept", exported)
+	}
+	if _, err := Run(context.Background(), Options{Sampling: "ratio=7"}); err == nil {
+		t.Error("a bad policy was accepted")
+	}
 }
