@@ -731,3 +731,20 @@ func BenchmarkParallelDeliveries(b *testing.B) {
 		})
 	}
 }
+
+// Reference -----------------------------------------------------------------
+
+var benchSinkTime time.Time
+
+// BenchmarkTimeNow is one read of the clock, a reference for reading the
+// other figures: the request benchmarks' callers read it twice per token
+// (the engine's step and the frontend's delivery, one request per step), as
+// the naive twin does (its own read plus the SDK's for the span event), and
+// each parallel delivery reads it once.
+func BenchmarkTimeNow(b *testing.B) {
+	cpu := startBenchCPU()
+	for b.Loop() {
+		benchSinkTime = time.Now()
+	}
+	cpu.report(b)
+}
