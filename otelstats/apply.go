@@ -184,7 +184,11 @@ func (t *Tracker) apply(sh *shard, r *reqState, u *Update, side Side, ns int64) 
 		}
 		r.enDeliv++
 		r.enLast = ns
-		sh.genTok.Add(int64(n))
+		// Tokens the frontend's deliveries already counted are not
+		// counted again.
+		c := min(r.genCredit, int32(n))
+		r.genCredit -= c
+		sh.genTok.Add(int64(n) - int64(c))
 		if r.detail >= DetailSteps {
 			if x := r.ext(); len(x.steps) < maxDetailRecords {
 				x.steps = append(x.steps, stepRec{time: ns, index: u.step, batch: u.batch})
@@ -303,8 +307,10 @@ func (t *Tracker) applyDelivery(sh *shard, r *reqState, u *Update, ns int64) {
 		r.preRunFE += int32(n)
 	}
 	if r.en.last == 0 {
-		// No engine reports for this request: the frontend's tokens are
-		// the generation throughput.
+		// No engine update has reached us: the frontend's tokens are the
+		// generation throughput, and a credit against the engine's
+		// DECODINGs should they come after all (SPEC §1: any order).
 		sh.genTok.Add(int64(n))
+		r.genCredit += int32(n)
 	}
 }

@@ -128,6 +128,10 @@ type reqState struct {
 	feFirst, feLast    int64
 	enFirst, enLast    int64
 	preRunFE           int32
+	// genCredit are frontend tokens already counted as generation
+	// throughput before any engine update reached us; the engine's
+	// DECODINGs for the same tokens are not counted again.
+	genCredit int32
 
 	detokFirst, detokLast, detokBusy int64
 	detokCount                       int32
