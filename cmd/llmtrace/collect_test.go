@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,10 +104,10 @@ func TestCollectUnixSocket(t *testing.T) {
 	spansFile := filepath.Join(dir, "spans.jsonl")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
-	var stderr bytes.Buffer
+	stderr := &lockedBuffer{}
 	go func() {
 		done <- collect(ctx, []string{"-listen", "unix:" + sock, "-listen", "tcp:127.0.0.1:0", "-stats-out", statsFile,
-			"-spans-out", spansFile, "-stats-log", "0"}, nil, &bytes.Buffer{}, &stderr)
+			"-spans-out", spansFile, "-stats-log", "0"}, nil, &bytes.Buffer{}, stderr)
 	}()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -142,8 +143,13 @@ func TestCollectUnixSocket(t *testing.T) {
 	if err := p.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// Let the collector read what was written before asking it to stop.
-	time.Sleep(100 * time.Millisecond)
+	// The collector has read the producer's stream to its end.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "producer=test"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the producer's stream did not end: %s", stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
@@ -184,4 +190,22 @@ func TestCollectUsage(t *testing.T) {
 	if !strings.Contains(stderr.String(), "loopback") {
 		t.Errorf("stderr: %s", stderr.String())
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

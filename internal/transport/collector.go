@@ -43,6 +43,9 @@ type Config struct {
 	// (default 64 KiB), MaxBody an HTTP body (default 32 MiB).
 	MaxFrame, MaxLine int
 	MaxBody           int64
+	// DrainGrace is how long Close lets open connections deliver what was
+	// already sent (default 200 ms).
+	DrainGrace time.Duration
 	// AlignClocks maps each stream onto the collector's wall clock: the
 	// difference between the collector's clock when a HELLO arrives and the
 	// HELLO's wall time is added to every time of the stream. Use it for
@@ -146,6 +149,9 @@ func NewCollector(cfg Config) (*Collector, error) {
 	}
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.DrainGrace <= 0 {
+		cfg.DrainGrace = 200 * time.Millisecond
 	}
 	if cfg.now == nil {
 		cfg.now = time.Now
@@ -334,8 +340,9 @@ func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(&st)
 }
 
-// Close stops accepting, closes every connection, records what is queued and
-// stops the workers. It returns ctx's error if the queue did not drain in
+// Close stops accepting, lets every connection read for Config.DrainGrace
+// what its producer had already written, closes them, records what is
+// queued and stops the workers. It returns ctx's error if the queue did not drain in
 // time. It does not shut the tracker down.
 func (c *Collector) Close(ctx context.Context) error {
 	c.mu.Lock()
@@ -349,11 +356,27 @@ func (c *Collector) Close(ctx context.Context) error {
 	for l := range c.listeners {
 		_ = l.Close()
 	}
+	// Let every connection read what its producer already wrote, then end.
+	grace := time.Now().Add(c.cfg.DrainGrace)
 	for conn := range c.conns {
-		_ = conn.Close()
+		_ = conn.SetReadDeadline(grace)
 	}
 	c.mu.Unlock()
-	c.connWG.Wait()
+	waited := make(chan struct{})
+	go func() {
+		c.connWG.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-time.After(c.cfg.DrainGrace + time.Second):
+		c.mu.Lock()
+		for conn := range c.conns {
+			_ = conn.Close()
+		}
+		c.mu.Unlock()
+		<-waited
+	}
 
 	c.qmu.Lock()
 	c.closed = true

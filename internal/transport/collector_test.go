@@ -713,3 +713,32 @@ func TestTCPStream(t *testing.T) {
 		checkLifecycleTimes(t, e.waitStat(fmt.Sprint("t", i)))
 	}
 }
+
+// TestCloseDrainsWrittenData: what a producer wrote before the collector
+// closed is still recorded.
+func TestCloseDrainsWrittenData(t *testing.T) {
+	e := newEnv(t, Config{})
+	conn := e.dial()
+	defer conn.Close()
+	wait(t, "the stream to be served", func() bool { return e.c.Stats().ActiveStreams == 1 })
+	b := AppendHeader(nil)
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	for _, u := range lifecycle("drained", t0) {
+		b = AppendUpdate(b, &u, Stamp{Ns: u.Time.UnixNano()})
+	}
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	// The producer stays connected; Close must not wait for it forever.
+	start := time.Now()
+	if err := e.c.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	checkLifecycle(t, e.waitStat("drained"), t0)
+	if st := e.c.Stats(); st.Truncated != 0 || st.Updates != 10 {
+		t.Errorf("stats %+v", st)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
 	"time"
 
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -53,9 +54,13 @@ func (c *Collector) ServeStream(r io.Reader, name string) StreamStats {
 }
 
 func (s *stream) setErr(err error) {
-	if err != nil && !errors.Is(err, io.EOF) {
-		s.st.Err = err
+	if err == nil || errors.Is(err, io.EOF) {
+		return
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) && s.c.isShutdown() {
+		return // Close's drain ended the stream
+	}
+	s.st.Err = err
 }
 
 // count bumps a stream counter, its collector total and the error metric.
