@@ -323,6 +323,40 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		name: "preempted, aborted while waiting: preempted until FINISHED",
+		id:   "pre-abort",
+		ops: []Update{
+			arrived("pre-abort", 0, "llama-3-8b", "chat"),
+			inputProcessed("pre-abort", 1, 4),
+			queued("pre-abort", 2),
+			prefilling("pre-abort", 3, 4, 0),
+			decoding("pre-abort", 10, 1),
+			detok("pre-abort", 11, 1, 0),
+			preempted("pre-abort", 15),
+			enFinished("pre-abort", 40, "abort"),
+			feFinished("pre-abort", 42, "abort"),
+		},
+		stats: wantStats{
+			reason: "abort", errType: "abort", arrived: 0, finished: 42,
+			e2e: 42, queue: 1, ttft: 11, prefill: 8,
+			decode:    31, // 42 - 11
+			inference: 39, // 42 - 3
+			tpot:      absent,
+			preempted: 25, // the engine's FINISHED 40 - PREEMPTED 15
+			prompt:    4, cached: 0, out: 1, preemptions: 1,
+		},
+		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 42, status: codes.Error, statusDesc: "abort",
+			attrs: []attribute.KeyValue{attributes.PreemptedTime.Float64(0.025), attributes.Preemptions.Int(1)}},
+		kids: []wantSpan{
+			spInput(0, 1, 4),
+			spQueue(2, 3, "new"),
+			spPrefill(3, 11, 4, 0, 1, false),
+			spDecode(11, 15, 1, 0),
+			spQueue(15, 40, "preempted"), // the wait ends at the engine's FINISHED
+			spDetok(11, 11, 0, 1),
+		},
+	},
+	{
 		name: "abort before scheduling",
 		id:   "abort-queued",
 		ops: []Update{
