@@ -76,7 +76,14 @@
 //     goes on FINISHED, and the sampling parameters are not recorded (the
 //     tracker takes them only with INPUT_PROCESSED).
 //
-// Never a made-up prompt size: absent is absent. usage's
+// Never a made-up prompt size: absent is absent.
+//
+// A server whose engine records the engine side of its requests in the same
+// Tracker (under otelstats.RequestFromContext's id) should report
+// InputProcessed: otherwise, while deliveries wait for the final usage, the
+// tracker has seen nothing from the frontend but ARRIVED when the engine's
+// FINISHED comes, ends the request there, and the frontend's deliveries
+// arrive too late for it. usage's
 // prompt_tokens_details.cached_tokens is read but cannot be recorded: the
 // tracker takes cached tokens only from the engine's PREFILLING.
 //

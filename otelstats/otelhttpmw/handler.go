@@ -227,7 +227,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	reqCtx := r.Context()
-	expectUsage := ri.Stream && (ri.IncludeUsage || r.URL.Path == "/v1/responses")
+	// The Responses API always ends its stream with the usage.
+	expectUsage := ri.Stream && (ri.IncludeUsage || strings.HasSuffix(r.URL.Path, "/responses"))
 	st := newReqTrace(q, &ri, expectUsage, parsedAt, reqCtx, h.cfg.limit)
 	hctx := context.WithValue(otelstats.ContextWithRequest(q.Context(pctx), q), traceKey{}, st)
 	r2 := r.WithContext(hctx)
