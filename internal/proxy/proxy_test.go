@@ -702,3 +702,27 @@ func TestRecordHeldSpreadsUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestLongStreamGoesLive: past 4,096 held deliveries the proxy records as
+// chunks come; the counts stay right and the prompt's size from the final
+// usage goes on FINISHED.
+func TestLongStreamGoesLive(t *testing.T) {
+	const n = maxHeld + 100
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for range n {
+			fmt.Fprint(w, `data: {"choices":[{"delta":{"content":"x"}}]}`+"\n\n")
+		}
+		sseWrite(w, chunk(map[string]any{}, "length"))
+		sseWrite(w, usageChunk(21, n))
+		sseWrite(w, "[DONE]")
+	})
+	h := newHarness(t, up, nil)
+	resp := h.post(context.Background(), "/v1/chat/completions", chatBody)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	s := h.waitStats(1)[0]
+	if s.NumOutputTokens != n || s.NumPromptTokens.N != 21 || s.FinishReason != "length" || len(s.OutputTokenLatencies) != n-1 {
+		t.Errorf("stats: %d output, prompt %+v, %s, %d gaps", s.NumOutputTokens, s.NumPromptTokens, s.FinishReason, len(s.OutputTokenLatencies))
+	}
+}
