@@ -1,10 +1,15 @@
 package transport
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/llmtrace/llmtrace/otelstats"
 )
@@ -81,4 +86,43 @@ func normalize(f *Frame) {
 		_ = json.Unmarshal(b, &c)
 		f.Update.Sampling = &c
 	}
+}
+
+// FuzzServeStream feeds arbitrary streams to a collector: whatever the
+// bytes, it must neither panic nor count an update twice.
+func FuzzServeStream(f *testing.F) {
+	t0 := time.Unix(1_700_000_000, 0)
+	bin := AppendHello(AppendHeader(nil), Hello{Producer: "p", WallNs: t0.UnixNano(), MonoNs: 10})
+	var js []byte
+	js = append(js, `{"type":"HELLO","producer":"p","wall_ts":1700000000,"mono_ts":10}`+"\n"...)
+	for _, u := range lifecycle("f", t0) {
+		bin = AppendUpdate(bin, &u, Stamp{Ns: u.Time.UnixNano() - t0.UnixNano() + 10, Mono: true})
+		js = otelstats.AppendUpdateJSON(js, &u)
+	}
+	f.Add(bin)
+	f.Add(js)
+	f.Add(bin[:len(bin)/2])
+	f.Add(js[:len(js)/2])
+	f.Add([]byte("LLMT\x01\x00\x00\x00\x02\x02\x06"))
+	f.Add([]byte(`{"request_id":"x","type":"QUEUED","mono_ts":1e3}` + "\n"))
+	tr, err := otelstats.NewTracker(otelstats.WithMeterProvider(noop.NewMeterProvider()))
+	if err != nil {
+		f.Fatal(err)
+	}
+	c, err := NewCollector(Config{Tracker: tr, MaxFrame: 1024, MaxLine: 1024})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() {
+		_ = c.Close(context.Background())
+		_ = tr.Shutdown(context.Background())
+	})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		before := c.Stats()
+		st := c.ServeStream(bytes.NewReader(b), "fuzz")
+		after := c.Stats()
+		if st.Updates < 0 || st.Updates > int64(len(b)) || after.Updates-before.Updates != st.Updates {
+			t.Fatalf("updates %d for %d bytes (collector %d → %d)", st.Updates, len(b), before.Updates, after.Updates)
+		}
+	})
 }
