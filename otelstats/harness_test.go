@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ type harness struct {
 	tr     *Tracker
 	rec    *tracetest.SpanRecorder
 	reader *sdkmetric.ManualReader
+	mu     sync.Mutex // guards stats against concurrent finishes
 	stats  []RequestStats
 }
 
@@ -46,7 +48,11 @@ func newHarnessTP(t *testing.T, tpOpts []sdktrace.TracerProviderOption, opts ...
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.reader))
 	all := append([]Option{
 		WithTracerProvider(tp), WithMeterProvider(mp), WithTokenLatencies(true),
-		WithOnFinish(func(s *RequestStats) { h.stats = append(h.stats, *s) }),
+		WithOnFinish(func(s *RequestStats) {
+			h.mu.Lock()
+			h.stats = append(h.stats, *s)
+			h.mu.Unlock()
+		}),
 	}, opts...)
 	tr, err := NewTracker(all...)
 	if err != nil {
