@@ -21,7 +21,6 @@ type treeBuf struct {
 	tl    spans.Timeline
 	tree  spans.Tree
 	attrs []attribute.KeyValue
-	itls  []time.Duration
 }
 
 func tm(ns int64) time.Time {

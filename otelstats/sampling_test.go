@@ -331,7 +331,7 @@ func sattr(kvs []attribute.KeyValue, k attribute.Key) string {
 	if !ok {
 		return ""
 	}
-	return v.Emit()
+	return v.String()
 }
 
 func mustOK(t *testing.T, err error) {
