@@ -97,14 +97,27 @@ func (h *harness) waitStats(n int) []otelstats.RequestStats {
 	}
 }
 
+// spansOf returns a trace's spans by name once its llm.proxy.wait_first_token
+// span has ended: the proxy emits its spans after the request's FINISHED,
+// which is when the test learns of it.
 func (h *harness) spansOf(traceID string) map[string][]sdktrace.ReadOnlySpan {
-	out := map[string][]sdktrace.ReadOnlySpan{}
-	for _, s := range h.rec.Ended() {
-		if s.SpanContext().TraceID().String() == traceID {
-			out[s.Name()] = append(out[s.Name()], s)
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out := map[string][]sdktrace.ReadOnlySpan{}
+		for _, s := range h.rec.Ended() {
+			if s.SpanContext().TraceID().String() == traceID {
+				out[s.Name()] = append(out[s.Name()], s)
+			}
 		}
+		if len(out[SpanWaitFirstToken]) > 0 {
+			return out
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no %s span in trace %s (have %v)", SpanWaitFirstToken, traceID, keys(out))
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
-	return out
 }
 
 func (h *harness) counter(name string) int64 {
