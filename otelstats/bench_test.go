@@ -23,6 +23,7 @@ import (
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -79,6 +80,7 @@ type benchPipeline struct {
 	mp     *sdkmetric.MeterProvider
 	reader *sdkmetric.ManualReader
 	exp    *benchDiscardExporter
+	agg    *otelstats.Aggregator // the tracker's fast metrics path, or nil
 }
 
 // newBenchPipeline builds a pipeline. A nil sampler is the SDK default
@@ -90,9 +92,24 @@ func newBenchPipeline(tb testing.TB, sampler sdktrace.Sampler, ours bool) *bench
 	return p
 }
 
+// newBenchPipelineAggregated is newBenchPipeline for the tracker's fast
+// metrics path: an otelstats.Aggregator registered with the reader as a
+// Producer, which newBenchTracker hands to the tracker.
+func newBenchPipelineAggregated(tb testing.TB, sampler sdktrace.Sampler) *benchPipeline {
+	agg := otelstats.NewAggregator()
+	p := buildBenchPipelineReader(sampler, true, sdkmetric.NewManualReader(sdkmetric.WithProducer(agg)))
+	p.agg = agg
+	tb.Cleanup(p.close)
+	return p
+}
+
 // buildBenchPipeline is newBenchPipeline without the cleanup; the caller closes it.
 func buildBenchPipeline(sampler sdktrace.Sampler, ours bool) *benchPipeline {
-	p := &benchPipeline{reader: sdkmetric.NewManualReader(), exp: &benchDiscardExporter{}}
+	return buildBenchPipelineReader(sampler, ours, sdkmetric.NewManualReader())
+}
+
+func buildBenchPipelineReader(sampler sdktrace.Sampler, ours bool, reader *sdkmetric.ManualReader) *benchPipeline {
+	p := &benchPipeline{reader: reader, exp: &benchDiscardExporter{}}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(p.exp)}
 	if sampler != nil {
 		opts = append(opts, sdktrace.WithSampler(sampler))
@@ -131,7 +148,11 @@ func newBenchTracker(tb testing.TB, p *benchPipeline) *otelstats.Tracker {
 	tb.Helper()
 	tb.Setenv("LLMTRACE_SAMPLING", "")
 	tb.Setenv("LLMTRACE_DETAIL", "")
-	tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(p.tp), otelstats.WithMeterProvider(p.mp))
+	opts := []otelstats.Option{otelstats.WithTracerProvider(p.tp), otelstats.WithMeterProvider(p.mp)}
+	if p.agg != nil {
+		opts = append(opts, otelstats.WithAggregator(p.agg))
+	}
+	tr, err := otelstats.NewTracker(opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -356,6 +377,37 @@ func TestBenchScenarios(t *testing.T) {
 	t.Logf("naive: %d spans %v, %d token events", len(rec2.Ended()), names, events)
 }
 
+// TestBenchAggregatedPipeline checks the aggregated benchmarks' wiring: the
+// inter-token latency histogram reaches the reader through the Aggregator,
+// once, with every gap of the request.
+func TestBenchAggregatedPipeline(t *testing.T) {
+	p := newBenchPipelineAggregated(t, nil)
+	tr := newBenchTracker(t, p)
+	e := newBenchEngine(t, tr, realBenchClock())
+	e.arrive(t, benchIDs[0])
+	e.benchRequest(t)
+	var rm metricdata.ResourceMetrics
+	if err := p.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var series int
+	var gaps uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != attributes.MetricInterTokenLatency {
+				continue
+			}
+			series++
+			for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+				gaps += dp.Count
+			}
+		}
+	}
+	if series != 1 || gaps != benchOutputTokens-1 {
+		t.Fatalf("%s: %d series with %d gaps, want 1 with %d", attributes.MetricInterTokenLatency, series, gaps, benchOutputTokens-1)
+	}
+}
+
 // Per token ---------------------------------------------------------------
 
 // BenchmarkNaiveToken: one op is one output token the naive way — a span
@@ -465,8 +517,11 @@ func benchNaiveRequest(b *testing.B, sampler sdktrace.Sampler) {
 	p.spansPerOp(b)
 }
 
-func benchRequest(b *testing.B, sampler sdktrace.Sampler) {
+func benchRequest(b *testing.B, sampler sdktrace.Sampler, aggregated bool) {
 	p := newBenchPipeline(b, sampler, true)
+	if aggregated {
+		p = newBenchPipelineAggregated(b, sampler)
+	}
 	e := newBenchEngine(b, newBenchTracker(b, p), realBenchClock())
 	b.ReportAllocs()
 	i := 0
@@ -493,14 +548,26 @@ func BenchmarkNaiveRequest(b *testing.B) { benchNaiveRequest(b, nil) }
 // finish) and the engine's Steps (queue, 2 chunks, a decode per token,
 // preemption, recompute, finish) — times from the real clock, one request
 // per step, spans through a BatchSpanProcessor, metrics into a ManualReader.
-func BenchmarkRequest(b *testing.B) { benchRequest(b, nil) }
+func BenchmarkRequest(b *testing.B) { benchRequest(b, nil, false) }
 
 // BenchmarkNaiveRequestUnsampled is BenchmarkNaiveRequest with NeverSample.
 func BenchmarkNaiveRequestUnsampled(b *testing.B) { benchNaiveRequest(b, sdktrace.NeverSample()) }
 
 // BenchmarkRequestUnsampled is BenchmarkRequest with NeverSample: metrics
 // only.
-func BenchmarkRequestUnsampled(b *testing.B) { benchRequest(b, sdktrace.NeverSample()) }
+func BenchmarkRequestUnsampled(b *testing.B) { benchRequest(b, sdktrace.NeverSample(), false) }
+
+// BenchmarkRequestAggregated is BenchmarkRequest with the tracker's opt-in
+// fast metrics path: latency histograms aggregated in an otelstats.Aggregator
+// (one merge per request) served to the reader as a Producer, instead of a
+// Record per inter-token gap.
+func BenchmarkRequestAggregated(b *testing.B) { benchRequest(b, nil, true) }
+
+// BenchmarkRequestUnsampledAggregated is BenchmarkRequestUnsampled with the
+// Aggregator.
+func BenchmarkRequestUnsampledAggregated(b *testing.B) {
+	benchRequest(b, sdktrace.NeverSample(), true)
+}
 
 // Memory ------------------------------------------------------------------
 
