@@ -319,7 +319,7 @@ func (h *harness) checkTree(s RequestStats, wr wantRoot, wc []wantSpan) {
 	checkAttrs(t, "root", root.Attributes(), wr.attrs)
 	for _, k := range wr.noAttrs {
 		if v, ok := attrOf(root.Attributes(), k); ok {
-			t.Errorf("root has %s = %v, want absent", k, v.Emit())
+			t.Errorf("root has %s = %v, want absent", k, v.String())
 		}
 	}
 	if root.Status().Code != wr.status || root.Status().Description != wr.statusDesc {
@@ -394,13 +394,13 @@ func checkAttrs(t testing.TB, what string, got, want []attribute.KeyValue) {
 		v, ok := attrOf(got, w.Key)
 		switch {
 		case !ok:
-			t.Errorf("%s: attribute %s missing, want %s", what, w.Key, w.Value.Emit())
+			t.Errorf("%s: attribute %s missing, want %s", what, w.Key, w.Value.String())
 		case w.Value.Type() == attribute.FLOAT64 && v.Type() == attribute.FLOAT64:
 			if d := v.AsFloat64() - w.Value.AsFloat64(); d > 1e-12 || d < -1e-12 {
 				t.Errorf("%s: %s = %v, want %v", what, w.Key, v.AsFloat64(), w.Value.AsFloat64())
 			}
 		case v != w.Value:
-			t.Errorf("%s: %s = %s (%s), want %s (%s)", what, w.Key, v.Emit(), v.Type(), w.Value.Emit(), w.Value.Type())
+			t.Errorf("%s: %s = %s (%s), want %s (%s)", what, w.Key, v.String(), v.Type(), w.Value.String(), w.Value.Type())
 		}
 	}
 }

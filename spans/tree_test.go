@@ -209,7 +209,7 @@ func checkTree(t *testing.T, tr *Tree, ws []want) {
 				if a.Key == kv.Key {
 					found = true
 					if a.Value != kv.Value {
-						t.Errorf("span %d %s: %s = %s, want %s", i, s.Name, kv.Key, a.Value.Emit(), kv.Value.Emit())
+						t.Errorf("span %d %s: %s = %s, want %s", i, s.Name, kv.Key, a.Value.String(), kv.Value.String())
 					}
 				}
 			}
