@@ -67,6 +67,9 @@ func run(listen, model string, slots int, tokenDelay, statsInterval time.Duratio
 		otelstats.WithModels(model),
 		// Real time: let waits and TTLs expire even when no update comes.
 		otelstats.WithAutoSweep(time.Second),
+		// A caller's sampled flag decides only when both the tracker and
+		// the middleware trust it (otelhttpmw's package doc).
+		otelstats.WithTrustParentSampling(trust),
 	}
 	if statsInterval > 0 {
 		opts = append(opts, otelstats.WithStatsLog(slog.New(slog.NewTextHandler(os.Stderr, nil)), statsInterval))

@@ -105,28 +105,32 @@
 // # Incoming trace context
 //
 // The incoming traceparent (WithPropagators; W3C Trace Context by default)
-// always makes the root span a child of the caller's span: same trace id,
-// the caller's span as parent. Per SPEC §6, whether its sampled flag decides
-// sampling depends on trust:
+// makes the root span a child of the caller's span: same trace id, the
+// caller's span as parent. Per SPEC §6 its sampled flag decides sampling
+// only when trusted, and two settings say so: the Tracker's
+// otelstats.WithTrustParentSampling says whether a parent's flag is
+// consulted at all; this middleware's WithTrustIncomingSampling(Func) says
+// whose flag reaches the tracker as sent. A flag decides only when both
+// trust it.
 //
-//   - Trusted (WithTrustIncomingSampling, WithTrustIncomingSamplingFunc):
-//     the span context is passed on as sent, flag included; with an SDK
-//     sampler such as sdktrace.ParentBased, an unsampled caller's request is
-//     not traced.
-//   - Untrusted (the default): the trace and parent span ids are kept and
-//     the sampled flag is set, whatever the caller sent. A caller therefore
-//     cannot switch our tracing off. Under sdktrace.ParentBased the decision
-//     falls to its remote-parent-sampled sampler (AlwaysOn unless configured
-//     with sdktrace.WithRemoteParentSampled), i.e. to our configuration, not
-//     to the caller's flag. Note that a caller that sends any traceparent
-//     is then traced under that sampler, not the root one: configure
-//     WithRemoteParentSampled like the root sampler where that matters, or
-//     use WithPublicEndpointFunc.
-//   - Public (WithPublicEndpointFunc, for untrusted callers only): the
-//     incoming context is ignored and the root span starts a new trace.
+//   - Trusted request: the span context is passed on as sent, flag
+//     included. A trusting Tracker keeps the trace if the flag is set and
+//     drops it if not (reason "parent").
+//   - Untrusted request (the default): the trace and parent span ids are
+//     kept, so our spans still join the caller's trace, and the sampled
+//     flag is set whatever the caller sent. With the default Tracker, which
+//     trusts no parent, its own end-of-request policy decides and the flag
+//     is never looked at; it then emits the root with the flag set, so an
+//     sdktrace.ParentBased sampler records what it kept. A caller can
+//     never switch our tracing off.
+//   - Public request (WithPublicEndpointFunc; trusted ones excepted): the
+//     incoming context is ignored, the root span starts a new trace, and a
+//     caller cannot even choose the trace its spans land in.
 //
-// A Tracker with its own end-of-request sampling decides on its own terms
-// either way; the flag reaches it only as described above.
+// The one combination to avoid is a trusting Tracker with untrusted
+// callers: their forced flag would make the tracker keep every request
+// that carries a traceparent. Give such callers WithPublicEndpointFunc, or
+// keep the Tracker untrusting and let its policy decide for everyone.
 //
 // # The handler's context
 //

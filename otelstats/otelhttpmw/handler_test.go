@@ -529,23 +529,36 @@ func TestHandlerSpansJoinTheTrace(t *testing.T) {
 
 func TestIncomingTraceparent(t *testing.T) {
 	const tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	trusted := []otelhttpmw.Option{otelhttpmw.WithTrustIncomingSampling(true)}
+	trustingTracker := []otelstats.Option{otelstats.WithTrustParentSampling(true)}
 	for _, c := range []struct {
 		name    string
 		flags   string
 		opts    []otelhttpmw.Option
+		tracker []otelstats.Option
 		parent  bool // root is the caller's child
-		sampled bool // the trace is recorded (default sampler: ParentBased(AlwaysOn))
+		sampled bool // the trace is kept
 	}{
-		{"untrusted unsampled", "00", nil, true, true},
-		{"untrusted sampled", "01", nil, true, true},
-		{"trusted sampled", "01", []otelhttpmw.Option{otelhttpmw.WithTrustIncomingSampling(true)}, true, true},
-		{"public", "00", []otelhttpmw.Option{otelhttpmw.WithPublicEndpointFunc(func(*http.Request) bool { return true })}, false, true},
+		{"untrusted unsampled", "00", nil, nil, true, true},
+		{"untrusted sampled", "01", nil, nil, true, true},
+		{"trusted sampled", "01", trusted, trustingTracker, true, true},
+		// Both must trust the flag for it to decide.
+		{"trusted unsampled", "00", trusted, trustingTracker, true, false},
+		{"trusted unsampled, tracker trusts no parent", "00", trusted, nil, true, true},
+		{"untrusted unsampled, trusting tracker", "00", nil, trustingTracker, true, true},
+		{"public", "00", []otelhttpmw.Option{otelhttpmw.WithPublicEndpointFunc(func(*http.Request) bool { return true })}, trustingTracker, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			x := newH(t)
+			x := newH(t, c.tracker...)
 			srv, cl := serve(t, otelhttpmw.NewHandler(&fakeServer{json: `{}`}, x.tr, c.opts...))
 			post(t, cl, srv.URL+"/v1/chat/completions", `{"model":"m"}`, "traceparent", "00-"+tid+"-"+sid+"-"+c.flags)
 			s := x.only()
+			if s.Sampled != c.sampled || x.hasSpan("chat m") != c.sampled {
+				t.Fatalf("kept %v (%q), spans %v; want kept %v", s.Sampled, s.SamplingReason, x.spanNames(), c.sampled)
+			}
+			if n := x.counter(attributes.MetricRequests); n != 1 {
+				t.Errorf("requests counted %d: metrics count every request, kept or not", n)
+			}
 			if !c.sampled {
 				return
 			}

@@ -42,14 +42,12 @@ type h struct {
 	finished chan struct{}
 }
 
-func newH(t *testing.T, opts ...sdktrace.TracerProviderOption) *h {
+func newH(t *testing.T, opts ...otelstats.Option) *h {
 	t.Helper()
 	x := &h{t: t, rec: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader(), finished: make(chan struct{}, 64)}
-	x.tp = sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{
-		sdktrace.WithSpanProcessor(x.rec), sdktrace.WithIDGenerator(spans.IDGenerator()),
-	}, opts...)...)
+	x.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(x.rec), sdktrace.WithIDGenerator(spans.IDGenerator()))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(x.reader))
-	tr, err := otelstats.NewTracker(
+	tr, err := otelstats.NewTracker(append([]otelstats.Option{
 		otelstats.WithTracerProvider(x.tp), otelstats.WithMeterProvider(mp), otelstats.WithTokenLatencies(true),
 		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
 			x.mu.Lock()
@@ -57,7 +55,7 @@ func newH(t *testing.T, opts ...sdktrace.TracerProviderOption) *h {
 			x.mu.Unlock()
 			x.finished <- struct{}{}
 		}),
-	)
+	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
