@@ -92,26 +92,26 @@ import (
 
 // Span, event, attribute and metric names of the proxy.
 const (
-	SpanWaitFirstToken = "llm.proxy.wait_first_token"
-	SpanStream         = "llm.proxy.stream"
-	EventStall         = "llm.proxy.stall"
-	EventHeaders       = "llm.proxy.response_headers"
-	MetricStalls       = "llm.proxy.stalls"
+	SpanWaitFirstToken = attributes.SpanProxyWaitFirstToken
+	SpanStream         = attributes.SpanProxyStream
+	EventStall         = attributes.EventProxyStall
+	EventHeaders       = attributes.EventProxyHeaders
+	MetricStalls       = attributes.MetricProxyStalls
 
-	AttrChunks        attribute.Key = "llm.proxy.chunks"         // SSE events with data
-	AttrContentChunks attribute.Key = "llm.proxy.content_chunks" // of which carried content
-	AttrStalls        attribute.Key = "llm.proxy.stalls"
-	AttrGapMedian     attribute.Key = "llm.proxy.gap.median_s"
-	AttrGapMax        attribute.Key = "llm.proxy.gap.max_s"
-	AttrHeadersAfter  attribute.Key = "llm.proxy.response_headers_s" // response headers − request sent
-	AttrStallGap      attribute.Key = "llm.proxy.stall.gap_s"
-	AttrStallMedian   attribute.Key = "llm.proxy.stall.median_gap_s"
-	AttrStallChunk    attribute.Key = "llm.proxy.stall.chunk"
-	AttrResponseID    attribute.Key = "gen_ai.response.id"
-	AttrResponseModel attribute.Key = "gen_ai.response.model"
-	AttrStatusCode    attribute.Key = "http.response.status_code"
-	AttrServerAddress attribute.Key = "server.address"
-	AttrServerPort    attribute.Key = "server.port"
+	AttrChunks        = attributes.ProxyChunks        // SSE events with data
+	AttrContentChunks = attributes.ProxyContentChunks // of which carried content
+	AttrStalls        = attributes.ProxyStalls
+	AttrGapMedian     = attributes.ProxyGapMedian
+	AttrGapMax        = attributes.ProxyGapMax
+	AttrHeadersAfter  = attributes.ProxyHeadersAfter // response headers − request sent
+	AttrStallGap      = attributes.ProxyStallGap
+	AttrStallMedian   = attributes.ProxyStallMedian
+	AttrStallChunk    = attributes.ProxyStallChunk
+	AttrResponseID    = attributes.ResponseID
+	AttrResponseModel = attributes.ResponseModel
+	AttrStatusCode    = attributes.HTTPStatusCode
+	AttrServerAddress = attributes.ServerAddress
+	AttrServerPort    = attributes.ServerPort
 )
 
 // Error types of upstream failures.

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -409,15 +410,15 @@ func (c *Collector) Stats() Stats {
 
 // Metric names of the collector's own counters.
 const (
-	MetricCollectorUpdates = "llm.collector.updates"
-	MetricCollectorErrors  = "llm.collector.stream_errors"
-	MetricCollectorStreams = "llm.collector.streams"
+	MetricCollectorUpdates = attributes.MetricCollectorUpdates
+	MetricCollectorErrors  = attributes.MetricCollectorErrors
+	MetricCollectorStreams = attributes.MetricCollectorStreams
 
 	// OutcomeKey says what became of an update: queued or dropped.
-	OutcomeKey attribute.Key = "llm.collector.outcome"
+	OutcomeKey = attributes.CollectorOutcome
 	// ErrorKey names a stream error: malformed, truncated, oversized,
 	// garbage or no_anchor.
-	ErrorKey attribute.Key = "llm.collector.error"
+	ErrorKey = attributes.CollectorError
 )
 
 type collectorInstruments struct {

@@ -1,0 +1,43 @@
+package attributes
+
+import "go.opentelemetry.io/otel/attribute"
+
+// The tracing proxy's span, event, attribute and metric names (llmtrace
+// proxy; README "The tracing proxy").
+const (
+	SpanProxyWaitFirstToken = "llm.proxy.wait_first_token"
+	SpanProxyStream         = "llm.proxy.stream"
+	EventProxyStall         = "llm.proxy.stall"
+	EventProxyHeaders       = "llm.proxy.response_headers"
+	MetricProxyStalls       = "llm.proxy.stalls"
+
+	ProxyChunks        attribute.Key = "llm.proxy.chunks"         // SSE events with data
+	ProxyContentChunks attribute.Key = "llm.proxy.content_chunks" // of which carried content
+	ProxyStalls        attribute.Key = "llm.proxy.stalls"
+	ProxyGapMedian     attribute.Key = "llm.proxy.gap.median_s"
+	ProxyGapMax        attribute.Key = "llm.proxy.gap.max_s"
+	ProxyHeadersAfter  attribute.Key = "llm.proxy.response_headers_s" // response headers − request sent
+	ProxyStallGap      attribute.Key = "llm.proxy.stall.gap_s"
+	ProxyStallMedian   attribute.Key = "llm.proxy.stall.median_gap_s"
+	ProxyStallChunk    attribute.Key = "llm.proxy.stall.chunk"
+
+	// GenAI and HTTP convention keys the integrations set.
+	ResponseID     attribute.Key = "gen_ai.response.id"
+	ResponseModel  attribute.Key = "gen_ai.response.model"
+	HTTPStatusCode attribute.Key = "http.response.status_code"
+	ServerAddress  attribute.Key = "server.address"
+	ServerPort     attribute.Key = "server.port"
+)
+
+// The update collector's own counters (llmtrace collect).
+const (
+	MetricCollectorUpdates = "llm.collector.updates"
+	MetricCollectorErrors  = "llm.collector.stream_errors"
+	MetricCollectorStreams = "llm.collector.streams"
+
+	// CollectorOutcome says what became of an update: queued or dropped.
+	CollectorOutcome attribute.Key = "llm.collector.outcome"
+	// CollectorError names a stream error: malformed, truncated,
+	// oversized, garbage or no_anchor.
+	CollectorError attribute.Key = "llm.collector.error"
+)
