@@ -45,7 +45,7 @@ func (t *Tracker) finalize(r *reqState, override string) {
 	if r.extra != nil {
 		parent = r.extra.parent
 	}
-	trusted := t.cfg.trustParent && parent.IsValid()
+	trusted := r.trusted && parent.IsValid()
 	keep, why := t.sampler.decide(&s, r.traceID, parent.IsSampled(), trusted)
 	s.Sampled, s.SamplingReason = keep, why
 
@@ -251,7 +251,7 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 	tl.TraceID, tl.SpanID = r.traceID, r.spanID
 	if r.extra != nil && r.extra.parent.IsValid() {
 		tl.Parent = r.extra.parent
-		if !t.cfg.trustParent {
+		if !r.trusted {
 			// We decided to keep the trace; the caller's flag must not
 			// make a parent-based SDK sampler drop it.
 			tl.Parent = tl.Parent.WithTraceFlags(tl.Parent.TraceFlags().WithSampled(true))

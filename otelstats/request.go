@@ -15,6 +15,10 @@ type Arrival struct {
 	Scope     string
 	// Detail overrides the tracker's detail level for this request.
 	Detail Detail
+	// TrustParent lets this request's incoming parent (in Arrive's ctx)
+	// decide sampling, as WithTrustParentSampling does for all requests:
+	// for integrations that know per request whether the caller is trusted.
+	TrustParent bool
 }
 
 // Request is a frontend's handle on one in-flight request. Its methods
@@ -33,7 +37,7 @@ type Request struct {
 // that return the same rejection, so callers need no nil checks on the hot
 // path.
 func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, error) {
-	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail}
+	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail, trustParent: a.TrustParent}
 	if t.closed.Load() {
 		return &Request{t: t}, t.rejected(reject(&u, SideFrontend, ReasonClosed, "the tracker is shut down"))
 	}

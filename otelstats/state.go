@@ -109,6 +109,7 @@ type reqState struct {
 	feReported bool // the frontend sent more than ARRIVED
 	done       bool
 	detail     Detail
+	trusted    bool // the parent's sampled flag decides
 
 	arrived, inputProcessed, firstQueued, firstPrefill int64
 	feFinish, enFinish                                 int64

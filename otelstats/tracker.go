@@ -253,6 +253,7 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 	}
 	r.runs = r.runsBuf[:0]
 	r.detail = u.detail
+	r.trusted = u.trustParent || t.cfg.trustParent
 	if r.detail == DetailInherit {
 		r.detail = t.cfg.detail
 	}

@@ -171,9 +171,10 @@ type Update struct {
 	Sampling     *SamplingParams
 
 	// Set by Step and Arrive only.
-	step   int64
-	batch  int32
-	detail Detail
+	step        int64
+	batch       int32
+	detail      Detail
+	trustParent bool
 }
 
 // Limits on update payloads. Longer strings and larger counts are rejected

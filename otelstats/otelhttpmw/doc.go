@@ -107,15 +107,14 @@
 // The incoming traceparent (WithPropagators; W3C Trace Context by default)
 // makes the root span a child of the caller's span: same trace id, the
 // caller's span as parent. Per SPEC §6 its sampled flag decides sampling
-// only when trusted, and two settings say so: the Tracker's
-// otelstats.WithTrustParentSampling says whether a parent's flag is
-// consulted at all; this middleware's WithTrustIncomingSampling(Func) says
-// whose flag reaches the tracker as sent. A flag decides only when both
-// trust it.
+// only when trusted: WithTrustIncomingSampling(Func) says which callers are,
+// and the middleware tells the tracker per request (Arrival.TrustParent), so
+// the Tracker itself need not trust every parent. A trusted caller may also
+// ask for a detail level with the X-Llmtrace-Detail header (0–3).
 //
 //   - Trusted request: the span context is passed on as sent, flag
-//     included. A trusting Tracker keeps the trace if the flag is set and
-//     drops it if not (reason "parent").
+//     included. The tracker keeps the trace if the flag is set and drops it
+//     if not (reason "parent").
 //   - Untrusted request (the default): the trace and parent span ids are
 //     kept, so our spans still join the caller's trace, and the sampled
 //     flag is set whatever the caller sent. With the default Tracker, which
@@ -127,10 +126,9 @@
 //     incoming context is ignored, the root span starts a new trace, and a
 //     caller cannot even choose the trace its spans land in.
 //
-// The one combination to avoid is a trusting Tracker with untrusted
-// callers: their forced flag would make the tracker keep every request
-// that carries a traceparent. Give such callers WithPublicEndpointFunc, or
-// keep the Tracker untrusting and let its policy decide for everyone.
+// Leave the Tracker's own otelstats.WithTrustParentSampling off with this
+// middleware: it would trust every caller's flag, and untrusted callers'
+// flags are forced on here.
 //
 // # The handler's context
 //

@@ -93,6 +93,10 @@ func WithPropagators(p propagation.TextMapPropagator) Option {
 	})
 }
 
+// DetailHeader asks for a request's detail level (0–3, see otelstats.Detail).
+// It is honoured only for trusted callers (WithTrustIncomingSampling).
+const DetailHeader = "X-Llmtrace-Detail"
+
 // WithTrustIncomingSampling says whether every caller's traceparent sampled
 // flag is passed on as sent (see the package doc, "Incoming trace context").
 // The default trusts no caller.
@@ -211,8 +215,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if h.cfg.scope != nil {
 			scope = h.cfg.scope(r)
 		}
+		a := otelstats.Arrival{Time: arrived, Model: ri.Model, Operation: op, Scope: scope}
+		if h.cfg.trust != nil && h.cfg.trust(r) {
+			// A trusted caller's sampled flag decides, and it may ask for
+			// a detail level (SPEC §6: never an untrusted one).
+			a.TrustParent = true
+			if v := r.Header.Get(DetailHeader); v != "" {
+				if d, err := otelstats.ParseDetail(v); err == nil {
+					a.Detail = d
+				}
+			}
+		}
 		var err error
-		q, err = h.t.Arrive(pctx, id, otelstats.Arrival{Time: arrived, Model: ri.Model, Operation: op, Scope: scope})
+		q, err = h.t.Arrive(pctx, id, a)
 		if err != nil {
 			q = nil
 		}

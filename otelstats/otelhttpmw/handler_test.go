@@ -545,9 +545,9 @@ func TestIncomingTraceparent(t *testing.T) {
 		{"untrusted unsampled", "00", nil, nil, true, true},
 		{"untrusted sampled", "01", nil, nil, true, true},
 		{"trusted sampled", "01", trusted, trustingTracker, true, true},
-		// Both must trust the flag for it to decide.
 		{"trusted unsampled", "00", trusted, trustingTracker, true, false},
-		{"trusted unsampled, tracker trusts no parent", "00", trusted, nil, true, true},
+		// The middleware tells the tracker per request (Arrival.TrustParent).
+		{"trusted unsampled, tracker trusts no parent", "00", trusted, nil, true, false},
 		{"untrusted unsampled, trusting tracker", "00", nil, trustingTracker, true, true},
 		{"public", "00", []otelhttpmw.Option{otelhttpmw.WithPublicEndpointFunc(func(*http.Request) bool { return true })}, trustingTracker, false, true},
 	} {
@@ -572,6 +572,28 @@ func TestIncomingTraceparent(t *testing.T) {
 			}
 			if s.TraceID != root.SpanContext().TraceID().String() {
 				t.Errorf("stats trace id %s", s.TraceID)
+			}
+		})
+	}
+}
+
+// A trusted caller may ask for a detail level; an untrusted one may not.
+func TestDetailHeaderOnlyWhenTrusted(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		opts  []otelhttpmw.Option
+		spans int
+	}{
+		{"untrusted asks for level 0", nil, 3},
+		{"trusted asks for level 0", []otelhttpmw.Option{otelhttpmw.WithTrustIncomingSampling(true)}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := newH(t)
+			srv, cl := serve(t, otelhttpmw.NewHandler(&fakeServer{json: `{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`}, x.tr, c.opts...))
+			post(t, cl, srv.URL+"/v1/chat/completions", `{"model":"m"}`, otelhttpmw.DetailHeader, "0")
+			x.only()
+			if n := len(x.spanNames()); (n == 1) != (c.spans == 1) {
+				t.Fatalf("spans %v, want %d", x.spanNames(), c.spans)
 			}
 		})
 	}
