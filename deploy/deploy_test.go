@@ -281,7 +281,9 @@ func metricConstants(t *testing.T) map[string]string {
 	out := map[string]string{}
 	fset := token.NewFileSet()
 	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
+		// integrations.go names the proxy's and the collector's own
+		// counters, which are not SPEC §4 instruments of the tracker.
+		if strings.HasSuffix(f, "_test.go") || filepath.Base(f) == "integrations.go" {
 			continue
 		}
 		af, err := parser.ParseFile(fset, f, nil, 0)

@@ -3,6 +3,7 @@ package otelstats
 import (
 	"context"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -182,6 +183,9 @@ func (a *Aggregator) Produce(context.Context) ([]metricdata.ScopeMetrics, error)
 			}
 			for _, e := range p.exemplars {
 				if e.TraceID != nil {
+					// Copies: add reuses the ids' memory while a reader
+					// may still hold what it was given.
+					e.TraceID, e.SpanID = slices.Clone(e.TraceID), slices.Clone(e.SpanID)
 					dp.Exemplars = append(dp.Exemplars, e)
 				}
 			}
