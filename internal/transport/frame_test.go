@@ -91,7 +91,7 @@ func TestDocExample(t *testing.T) {
 	u := otelstats.Update{RequestID: "0123456789abcdef", Kind: otelstats.KindDecoding, Side: otelstats.SideEngine}
 	got = AppendUpdate(nil, &u, Stamp{Ns: 8_123_000_123_456, Mono: true})
 	want = "0000001B" + "02" + "06" + "06" + "C0E0A5C4B4EC01" + "10" + hex.EncodeToString([]byte("0123456789abcdef"))
-	if strings.ToUpper(hex.EncodeToString(got)) != strings.ToUpper(want) {
+	if !strings.EqualFold(hex.EncodeToString(got), want) {
 		t.Fatalf("doc example:\n got % X\nwant %s", got, want)
 	}
 }
