@@ -174,7 +174,11 @@ func (t *Tracker) apply(sh *shard, r *reqState, u *Update, side Side, ns int64) 
 		r.enTokens += int64(n)
 		if r.enDeliv > 0 {
 			gap := ns - r.enLast
-			r.enITL.add(gap)
+			if r.feDeliv == 0 {
+				// The engine's gaps count only until the frontend
+				// delivers: from then on the frontend's are the ITL.
+				r.itl.add(gap)
+			}
 			if t.cfg.tokenLatencies {
 				x := r.ext()
 				x.enITLs = append(x.enITLs, time.Duration(gap))
@@ -282,13 +286,14 @@ func (t *Tracker) applyDelivery(sh *shard, r *reqState, u *Update, ns int64) {
 	}
 	if r.feDeliv > 0 {
 		gap := ns - r.feLast
-		r.feITL.add(gap)
+		r.itl.add(gap)
 		if t.cfg.tokenLatencies {
 			x := r.ext()
 			x.feITLs = append(x.feITLs, time.Duration(gap))
 		}
 	} else {
 		r.feFirst = ns
+		r.itl = itlHist{} // frontend tokens decide: drop the engine's gaps
 	}
 	r.feDeliv++
 	r.feLast = ns

@@ -185,10 +185,7 @@ func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStat
 	as := t.inst.attrs(r.operation, model, s.FinishReason, s.ErrorType)
 	in := t.inst
 	in.requests.Add(ctx, 1, as.finished)
-	h := &r.enITL
-	if r.feDeliv > 0 {
-		h = &r.feITL
-	}
+	h := &r.itl
 	if t.cfg.agg != nil {
 		t.cfg.agg.record(ctx, s, h, as.baseSet, as.durationSet)
 	} else {

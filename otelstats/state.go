@@ -140,7 +140,10 @@ type reqState struct {
 	runs    []run
 	runsBuf [2]run
 
-	feITL, enITL itlHist
+	// itl aggregates the gaps of the stream that gives token times: the
+	// engine's until the frontend delivers its first token, then the
+	// frontend's (one histogram, not one per side, keeps the state small).
+	itl itlHist
 }
 
 func (r *reqState) matches(scope, model string) bool {
