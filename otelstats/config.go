@@ -46,6 +46,8 @@ type config struct {
 	trustParent bool
 	detail      Detail
 	agg         *Aggregator
+	content     *ContentCapture
+	contentSet  bool
 }
 
 func newConfig(opts []Option) config {

@@ -361,8 +361,14 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 	if s.PreemptedDuration > 0 {
 		a = append(a, attributes.PreemptedTime.Float64(s.PreemptedDuration.Seconds()))
 	}
-	if r.extra != nil {
-		a = appendSampling(a, r.extra.sampling)
+	if x := r.extra; x != nil {
+		a = appendSampling(a, x.sampling)
+		if x.input != "" {
+			a = append(a, attributes.InputMessages.String(x.input))
+		}
+		if x.output != "" {
+			a = append(a, attributes.OutputMessages.String(x.output))
+		}
 	}
 	a = append(a, attributes.SamplingReason.String(s.SamplingReason))
 	if s.ErrorType != "" {

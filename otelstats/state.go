@@ -87,6 +87,8 @@ type reqExtra struct {
 	enITLs     []time.Duration
 	steps      []stepRec // DetailSteps and up: engine decode steps
 	deliveries []int64   // DetailTokens: frontend token deliveries
+	// Captured content (ContentCapture only): already redacted and capped.
+	input, output string
 }
 
 type stepRec struct {

@@ -90,6 +90,9 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 		}
 		cfg.detail = d
 	}
+	if !cfg.contentSet {
+		cfg.content = contentFromEnv()
+	}
 	if cfg.detail == DetailInherit || cfg.detail > DetailTokens {
 		cfg.detail = DetailTree
 	}

@@ -245,6 +245,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The Responses API always ends its stream with the usage.
 	expectUsage := ri.Stream && (ri.IncludeUsage || strings.HasSuffix(r.URL.Path, "/responses"))
 	st := newReqTrace(q, &ri, expectUsage, parsedAt, reqCtx, h.cfg.limit)
+	if h.t.CapturesContent() {
+		st.capture, st.input = true, captureInput(prefix)
+	}
 	hctx := context.WithValue(otelstats.ContextWithRequest(q.Context(pctx), q), traceKey{}, st)
 	r2 := r.WithContext(hctx)
 	r2.Body = body

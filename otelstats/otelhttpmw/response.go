@@ -82,6 +82,11 @@ type reqTrace struct {
 	// Non-stream body.
 	body     []byte
 	bodyOver bool
+
+	// Content, only when the tracker captures it (content.go).
+	capture bool
+	input   string
+	output  strings.Builder
 }
 
 func newReqTrace(q *otelstats.Request, ri *requestInfo, expectUsage bool, parsedAt time.Time, reqCtx context.Context, limit int) *reqTrace {
@@ -234,6 +239,9 @@ func (s *reqTrace) event(at time.Time, data []byte) {
 	s.observe(&ev)
 	if ev.hasContent() {
 		s.deliver(at)
+		if s.capture {
+			appendOutput(&s.output, data)
+		}
 	}
 }
 
@@ -488,6 +496,9 @@ func (s *reqTrace) finish(o outcome) {
 			var ev chunkJSON
 			if json.Unmarshal(s.body, &ev) == nil {
 				s.observe(&ev)
+				if s.capture {
+					appendOutput(&s.output, s.body)
+				}
 				if s.completion > 0 && s.status < 400 {
 					s.pending = append(s.pending, s.firstWrite)
 				}
@@ -538,6 +549,9 @@ func (s *reqTrace) finish(o outcome) {
 	}
 	if s.prompt >= 0 && !s.inputRecorded {
 		u.NumPromptTokens = int(s.prompt)
+	}
+	if s.capture {
+		s.q.RecordContent(s.input, s.output.String())
 	}
 	_ = s.q.Record(u)
 }
