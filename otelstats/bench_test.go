@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
@@ -81,6 +82,7 @@ type benchPipeline struct {
 	reader *sdkmetric.ManualReader
 	exp    *benchDiscardExporter
 	agg    *otelstats.Aggregator // the tracker's fast metrics path, or nil
+	detail otelstats.Detail      // the tracker's detail level; 0 = default
 }
 
 // newBenchPipeline builds a pipeline. A nil sampler is the SDK default
@@ -151,6 +153,9 @@ func newBenchTracker(tb testing.TB, p *benchPipeline) *otelstats.Tracker {
 	opts := []otelstats.Option{otelstats.WithTracerProvider(p.tp), otelstats.WithMeterProvider(p.mp)}
 	if p.agg != nil {
 		opts = append(opts, otelstats.WithAggregator(p.agg))
+	}
+	if p.detail != otelstats.DetailInherit {
+		opts = append(opts, otelstats.WithDetail(p.detail))
 	}
 	tr, err := otelstats.NewTracker(opts...)
 	if err != nil {
@@ -535,6 +540,31 @@ func benchRequest(b *testing.B, sampler sdktrace.Sampler, aggregated bool) {
 	cpu.report(b)
 	b.StopTimer()
 	p.spansPerOp(b)
+}
+
+// BenchmarkRequestDetail: the whole request of BenchmarkRequestAggregated at
+// each detail level (0 = root span only … 3 = per-token offsets), for the
+// README's cost table.
+func BenchmarkRequestDetail(b *testing.B) {
+	for lvl := otelstats.DetailRoot; lvl <= otelstats.DetailTokens; lvl++ {
+		b.Run(fmt.Sprintf("level=%d", int(lvl)-1), func(b *testing.B) {
+			p := newBenchPipelineAggregated(b, nil)
+			p.detail = lvl
+			e := newBenchEngine(b, newBenchTracker(b, p), realBenchClock())
+			b.ReportAllocs()
+			i := 0
+			cpu := startBenchCPU()
+			for b.Loop() {
+				j := i % len(benchIDs)
+				e.arrive(b, benchIDs[j:j+1]...)
+				e.benchRequest(b)
+				i++
+			}
+			cpu.report(b)
+			b.StopTimer()
+			p.spansPerOp(b)
+		})
+	}
 }
 
 // BenchmarkNaiveRequest: one op is one whole request the naive way: 512
