@@ -34,7 +34,7 @@ func check(u *Update) (Side, *RejectError) {
 		return side, reject(u, side, ReasonTooLong, "model, scope, operation, finish reason or error type too long")
 	}
 	if u.Time.IsZero() || u.Time.Before(minTime) || u.Time.After(maxTime) {
-		return side, reject(u, side, ReasonBadTimestamp, "time must lie between 1970 and 2500")
+		return side, reject(u, side, ReasonBadTimestamp, "time must lie between 1970 and 2200")
 	}
 	switch u.Kind {
 	case KindArrived:

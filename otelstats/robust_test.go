@@ -144,6 +144,7 @@ func badCatalogue() []badCase {
 		{name: "ts a string", line: `{"request_id":"v","type":"QUEUED","ts":"now"}`, reason: ReasonMalformed},
 		{name: "ts infinite", line: `{"request_id":"v","type":"QUEUED","ts":1e400}`, reason: ReasonBadTimestamp},
 		{name: "ts year 3000", line: `{"request_id":"v","type":"QUEUED","ts":32503680000}`, reason: ReasonBadTimestamp},
+		{name: "ts year 2287, past int64 nanoseconds", line: `{"request_id":"v","type":"QUEUED","ts":10e9}`, reason: ReasonBadTimestamp},
 		{name: "count not an integer", line: `{"request_id":"v","type":"DECODING","ts":1700000000.5,"num_new_tokens":1.5}`, reason: ReasonMalformed},
 		{name: "count negative", line: `{"request_id":"v","type":"DETOKENIZED","ts":1700000000.5,"num_new_tokens":-1}`, reason: ReasonNegativeCount},
 		{name: "count absurd", line: `{"request_id":"v","type":"INPUT_PROCESSED","ts":1700000000.5,"num_prompt_tokens":99999999999999}`, reason: ReasonAbsurdCount},

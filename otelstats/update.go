@@ -188,8 +188,10 @@ const (
 	maxNewTokensStep = 1 << 20
 )
 
-// minTime and maxTime bound acceptable timestamps: 1970 to year 2500.
+// minTime and maxTime bound acceptable timestamps: 1970 to 2200. Times are
+// kept as int64 Unix nanoseconds, which end in 2262; 2200 leaves room for
+// durations added to them (TTL, grace, hold window).
 var (
 	minTime = time.Unix(1, 0)
-	maxTime = time.Unix(16725225600, 0)
+	maxTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
 )

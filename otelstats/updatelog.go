@@ -97,7 +97,7 @@ func ParseUpdate(line []byte) (Update, error) {
 	}
 	tsv, ok := parseTS(l.TS.String())
 	if !ok {
-		return bad(ReasonBadTimestamp, "ts must be Unix seconds between 1970 and 2500")
+		return bad(ReasonBadTimestamp, "ts must be Unix seconds between 1970 and 2200")
 	}
 	u.Time = tsv
 	str := func(dst *string, p *string) {
