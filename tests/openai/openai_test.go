@@ -26,7 +26,7 @@ import (
 	"github.com/llmtrace/llmtrace/spans"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(removeBinary)) }
 
 const prefillBase = 30 * time.Millisecond
 
