@@ -548,6 +548,9 @@ func (ex *exchange) wrote(at time.Time, b []byte, err error) {
 // a write to it failed, or its context ended while the response was
 // aborted or before a stream's end ([DONE] or a finish reason) went out.
 func (ex *exchange) gone(aborted bool) bool {
+	if ex.deliveredEnd() {
+		return false
+	}
 	if !ex.writeErrAt.IsZero() {
 		return true
 	}
@@ -699,6 +702,14 @@ func (ex *exchange) contentOfBody() bool {
 	return json.Unmarshal(ex.body, &m) == nil && (m.contentChoices() > 0 || m.Object == "response")
 }
 
+// deliveredEnd reports whether a stream's end reached the client without a
+// failed write: a client that closes right after [DONE] (as the OpenAI SDKs
+// do) got the whole response, even if the upstream's body had not ended
+// yet and the copy was aborted by the client leaving.
+func (ex *exchange) deliveredEnd() bool {
+	return ex.sse && ex.sawEnd && ex.writeErrAt.IsZero()
+}
+
 // outcome is the finish reason and error type of the request.
 func (ex *exchange) outcome(aborted bool) (string, string) {
 	switch {
@@ -708,7 +719,7 @@ func (ex *exchange) outcome(aborted bool) (string, string) {
 		return otelstats.FinishError, ex.upstreamErr
 	case ex.status >= 400:
 		return otelstats.FinishError, strconv.Itoa(ex.status)
-	case aborted:
+	case aborted && !(ex.deliveredEnd() && ex.reqCtx.Err() != nil):
 		return otelstats.FinishError, ErrorUpstream
 	case ex.errType != "":
 		return otelstats.FinishError, ex.errType
