@@ -527,6 +527,11 @@ func benchRequest(b *testing.B, sampler sdktrace.Sampler, aggregated bool) {
 	if aggregated {
 		p = newBenchPipelineAggregated(b, sampler)
 	}
+	benchRequestOn(b, p)
+}
+
+// benchRequestOn runs whole requests through a tracker on p.
+func benchRequestOn(b *testing.B, p *benchPipeline) {
 	e := newBenchEngine(b, newBenchTracker(b, p), realBenchClock())
 	b.ReportAllocs()
 	i := 0
@@ -550,19 +555,7 @@ func BenchmarkRequestDetail(b *testing.B) {
 		b.Run(fmt.Sprintf("level=%d", int(lvl)-1), func(b *testing.B) {
 			p := newBenchPipelineAggregated(b, nil)
 			p.detail = lvl
-			e := newBenchEngine(b, newBenchTracker(b, p), realBenchClock())
-			b.ReportAllocs()
-			i := 0
-			cpu := startBenchCPU()
-			for b.Loop() {
-				j := i % len(benchIDs)
-				e.arrive(b, benchIDs[j:j+1]...)
-				e.benchRequest(b)
-				i++
-			}
-			cpu.report(b)
-			b.StopTimer()
-			p.spansPerOp(b)
+			benchRequestOn(b, p)
 		})
 	}
 }

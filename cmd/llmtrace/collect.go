@@ -11,10 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -28,11 +26,7 @@ import (
 func init() {
 	commands["collect"] = command{
 		summary: "collect updates from engines in other processes (Unix socket, loopback TCP, stdin, HTTP) into traces and metrics",
-		run: func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return collect(ctx, args, stdin, stdout, stderr)
-		},
+		run:     untilSignal(collect),
 	}
 }
 

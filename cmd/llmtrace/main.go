@@ -7,10 +7,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
+	"syscall"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's
@@ -18,6 +21,16 @@ import (
 type command struct {
 	summary string
 	run     func(args []string, stdin io.Reader, stdout, stderr io.Writer) int
+}
+
+// untilSignal adapts a long-running subcommand: its context ends on SIGINT
+// or SIGTERM, so it can drain and flush before exiting.
+func untilSignal(run func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int) func([]string, io.Reader, io.Writer, io.Writer) int {
+	return func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return run(ctx, args, stdin, stdout, stderr)
+	}
 }
 
 // commands is filled by each subcommand's file in an init function.

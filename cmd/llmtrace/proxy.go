@@ -12,9 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -28,11 +26,9 @@ import (
 func init() {
 	commands["proxy"] = command{
 		summary: "a tracing reverse proxy in front of any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, Ollama)",
-		run: func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+		run: untilSignal(func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 			return runProxy(ctx, args, stdout, stderr, nil)
-		},
+		}),
 	}
 }
 
