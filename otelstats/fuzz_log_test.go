@@ -38,10 +38,27 @@ func FuzzParseUpdate(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded line %s does not parse: %v", out, err)
 		}
+		// Payload a kind does not use (num_cached_tokens on QUEUED) is
+		// validated but ignored, and not re-encoded.
+		u, v = relevant(u), relevant(v)
 		if v.RequestID != u.RequestID || v.Kind != u.Kind || !v.Time.Equal(u.Time) || v.NumPromptTokens != u.NumPromptTokens ||
 			v.NumComputedTokens != u.NumComputedTokens || v.NumCachedTokens != u.NumCachedTokens ||
 			v.FinishReason != u.FinishReason || v.Model != u.Model {
 			t.Fatalf("round trip changed the update:\n%+v\n%+v", u, v)
 		}
 	})
+}
+
+// relevant keeps the payload fields u's kind uses.
+func relevant(u Update) Update {
+	if u.Kind != KindPrefilling {
+		u.NumComputedTokens, u.NumCachedTokens = 0, 0
+	}
+	if u.Kind != KindInputProcessed && u.Kind != KindFinished {
+		u.NumPromptTokens = 0
+	}
+	if u.Kind != KindFinished {
+		u.FinishReason, u.ErrorType = "", ""
+	}
+	return u
 }
