@@ -303,3 +303,29 @@ func (p *countingProcessor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 func (p *countingProcessor) OnEnd(sdktrace.ReadOnlySpan)                     { p.n.Add(1) }
 func (p *countingProcessor) Shutdown(context.Context) error                  { return nil }
 func (p *countingProcessor) ForceFlush(context.Context) error                { return nil }
+
+// An id reused by a new request while the previous one with that id waits
+// for its other side's FINISHED ends the wait instead of being rejected.
+func TestIDReusedDuringTheWait(t *testing.T) {
+	h := newHarness(t)
+	h.must(Update{RequestID: "r", Kind: KindArrived, Time: at(0), Model: "m"})
+	h.must(Update{RequestID: "r", Kind: KindInputProcessed, Time: at(1), NumPromptTokens: 3})
+	h.must(Update{RequestID: "r", Kind: KindQueued, Time: at(2)})
+	h.must(Update{RequestID: "r", Kind: KindPrefilling, Time: at(3), NumComputedTokens: 3})
+	h.must(Update{RequestID: "r", Kind: KindDecoding, Time: at(10)})
+	h.must(Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(11), FinishReason: "stop"})
+	// The frontend never sends its FINISHED; the id comes back at once.
+	h.must(Update{RequestID: "r", Kind: KindArrived, Time: at(12), Model: "m"})
+	if len(h.stats) != 1 {
+		t.Fatalf("%d finished, want the first request ended", len(h.stats))
+	}
+	wantLatency(t, "first request's e2e (to the engine's FINISHED)", h.stats[0].E2ELatency, 11)
+	if h.tr.InFlight() != 1 {
+		t.Fatalf("in flight %d, want the second request", h.tr.InFlight())
+	}
+	// While the first is still running, a second ARRIVED is a duplicate.
+	err := h.tr.Record(Update{RequestID: "r", Kind: KindArrived, Time: at(13), Model: "m"})
+	if !errors.Is(err, ReasonDuplicateArrival) {
+		t.Fatalf("err = %v, want duplicate_arrival", err)
+	}
+}

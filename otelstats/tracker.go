@@ -231,11 +231,22 @@ func (t *Tracker) rejected(e *RejectError) error {
 func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqState, error) {
 	sh := t.shardFor(u.RequestID)
 	sh.mu.Lock()
+	var ended *reqState
 	for c := sh.reqs[u.RequestID]; c != nil; c = c.next {
 		if c.scope == u.Scope && c.model == u.Model {
-			sh.mu.Unlock()
-			return nil, t.rejected(reject(u, SideFrontend, ReasonDuplicateArrival, "a request with this id, scope and model is in flight"))
+			if c.waitUntil == 0 {
+				sh.mu.Unlock()
+				return nil, t.rejected(reject(u, SideFrontend, ReasonDuplicateArrival, "a request with this id, scope and model is in flight"))
+			}
+			// The earlier request finished on one side and was waiting
+			// for the other's FINISHED: an id reused by a new request
+			// ends that wait now.
+			ended = c
+			break
 		}
+	}
+	if ended != nil {
+		sh.remove(ended)
 	}
 	var evicted *reqState
 	if t.inflight.Load() >= int64(t.cfg.maxInFlight) {
@@ -299,6 +310,9 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 		sh.remove(r)
 	}
 	sh.mu.Unlock()
+	if ended != nil {
+		t.finalize(ended, "")
+	}
 	if evicted != nil {
 		t.inst.evicted.Add(context.Background(), 1)
 		t.finalize(evicted, FinishEvicted)
