@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -159,17 +158,11 @@ func collect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return fail("telemetry setup: %v", err)
 	}
 
-	var outMu sync.Mutex
-	var statsW *bufio.Writer
+	var sink *statsSink
 	if *statsOut != "" {
-		w, err := openOut(*statsOut)
-		if err != nil {
+		if sink, err = openStatsSink(*statsOut, stdout, false); err != nil {
 			_ = prov.Shutdown(context.Background())
 			return fail("%v", err)
-		}
-		statsW = bufio.NewWriter(w)
-		if c, ok := w.(io.Closer); ok && w != stdout {
-			closers = append(closers, c.Close)
 		}
 	}
 	opts := []otelstats.Option{
@@ -183,15 +176,8 @@ func collect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if *statsLog > 0 {
 		opts = append(opts, otelstats.WithStatsLog(logger, *statsLog))
 	}
-	if statsW != nil {
-		var buf []byte
-		opts = append(opts, otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
-			outMu.Lock()
-			defer outMu.Unlock()
-			buf = s.AppendJSON(buf[:0])
-			buf = append(buf, '\n')
-			_, _ = statsW.Write(buf)
-		}))
+	if sink != nil {
+		opts = append(opts, otelstats.WithOnFinish(sink.write))
 	}
 	tr, err := otelstats.NewTracker(opts...)
 	if err != nil {
@@ -271,12 +257,10 @@ func collect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err := prov.Shutdown(sctx); err != nil {
 		logger.Warn("export", "err", err)
 	}
-	if statsW != nil {
-		outMu.Lock()
-		if err := statsW.Flush(); err != nil {
+	if sink != nil {
+		if err := sink.close(); err != nil {
 			status = fail("%v", err)
 		}
-		outMu.Unlock()
 	}
 	st := col.Stats()
 	logger.Info("collector stopped", "streams", st.Streams, "updates", st.Updates, "recorded", st.Recorded,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"sync"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -118,28 +116,14 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if *statsLog > 0 {
 		opts = append(opts, otelstats.WithStatsLog(logger, *statsLog))
 	}
-	var outMu sync.Mutex
-	var statsW *bufio.Writer
-	var statsF *os.File
+	var sink *statsSink
 	if *statsOut != "" {
-		var w io.Writer = stdout
-		if *statsOut != "-" {
-			if statsF, err = os.Create(*statsOut); err != nil {
-				closeListeners()
-				_ = prov.Shutdown(context.Background())
-				return fail("%v", err)
-			}
-			w = statsF
+		if sink, err = openStatsSink(*statsOut, stdout, true); err != nil {
+			closeListeners()
+			_ = prov.Shutdown(context.Background())
+			return fail("%v", err)
 		}
-		statsW = bufio.NewWriter(w)
-		var buf []byte
-		opts = append(opts, otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
-			outMu.Lock()
-			defer outMu.Unlock()
-			buf = s.AppendJSON(buf[:0])
-			_, _ = statsW.Write(append(buf, '\n'))
-			_ = statsW.Flush()
-		}))
+		opts = append(opts, otelstats.WithOnFinish(sink.write))
 	}
 	p, err := proxy.New(proxy.Config{
 		Upstream: up, TracerProvider: prov.TracerProvider, MeterProvider: prov.MeterProvider,
@@ -184,10 +168,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if err := prov.Shutdown(fctx); err != nil {
 		logger.Warn("export", "err", err)
 	}
-	if statsF != nil {
-		outMu.Lock()
-		_ = statsF.Close()
-		outMu.Unlock()
+	if sink != nil {
+		_ = sink.close()
 	}
 	return status
 }
