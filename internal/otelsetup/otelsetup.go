@@ -67,6 +67,9 @@ type Providers struct {
 	MetricsHandler http.Handler
 	// TracesExported and MetricsExported say whether OTLP export is on.
 	TracesExported, MetricsExported bool
+	// Batch is the processor exporting spans over OTLP (nil when trace
+	// export is off), for its Counts.
+	Batch *otelstats.BatchProcessor
 }
 
 // Shutdown flushes and shuts both providers down within ctx.
@@ -140,7 +143,8 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 		if err != nil {
 			return nil, err
 		}
-		topts = append(topts, sdktrace.WithSpanProcessor(otelstats.NewBatchProcessor(exp, otelstats.WithBatchMeterProvider(p.MeterProvider))))
+		p.Batch = otelstats.NewBatchProcessor(exp, otelstats.WithBatchMeterProvider(p.MeterProvider))
+		topts = append(topts, sdktrace.WithSpanProcessor(p.Batch))
 		p.TracesExported = true
 	}
 	for _, sp := range c.SpanProcessors {
