@@ -106,9 +106,9 @@ var allowed = func() (a [3][9]uint16) {
 }()
 
 // apply checks u against r's state and, when it is allowed, applies it. It
-// reports whether r is now complete (to be finalized). Called under the
-// shard lock.
-func (t *Tracker) apply(sh *shard, r *reqState, u *Update, side Side, ns int64) (bool, *RejectError) {
+// reports whether r is now complete (to be finalized). Called with r.mu
+// held.
+func (t *Tracker) apply(r *reqState, u *Update, side Side, ns int64) (bool, *RejectError) {
 	st := &r.fe
 	if side == SideEngine {
 		st = &r.en
@@ -163,47 +163,15 @@ func (t *Tracker) apply(sh *shard, r *reqState, u *Update, side Side, ns int64) 
 			r.firstQueued = ns
 		}
 	case KindPrefilling:
-		t.applyPrefill(sh, r, u, ns, prev == KindPrefilling)
+		t.applyPrefill(r, u, ns, prev == KindPrefilling)
 	case KindDecoding:
-		n := max(u.NumNewTokens, 1)
-		cr := r.curRun()
-		if cr.enFirst == 0 {
-			cr.enFirst = ns
-		}
-		cr.enTokens += int32(n)
-		r.enTokens += int64(n)
-		if r.enDeliv > 0 {
-			gap := ns - r.enLast
-			if r.feDeliv == 0 {
-				// The engine's gaps count only until the frontend
-				// delivers: from then on the frontend's are the ITL.
-				r.itl.add(gap)
-			}
-			if t.cfg.tokenLatencies {
-				x := r.ext()
-				x.enITLs = append(x.enITLs, time.Duration(gap))
-			}
-		} else {
-			r.enFirst = ns
-		}
-		r.enDeliv++
-		r.enLast = ns
-		// Tokens the frontend's deliveries already counted are not
-		// counted again.
-		c := min(r.genCredit, int32(n))
-		r.genCredit -= c
-		sh.genTok.Add(int64(n) - int64(c))
-		if r.detail >= DetailSteps {
-			if x := r.ext(); len(x.steps) < maxDetailRecords {
-				x.steps = append(x.steps, stepRec{time: ns, index: u.step, batch: u.batch})
-			}
-		}
+		r.sh.genTok.Add(t.decoded(r, u.NumNewTokens, ns, u.step, u.batch))
 	case KindPreempted:
 		r.preemptions++
 		r.curRun().end = ns
-		sh.preempts.Add(1)
+		r.sh.preempts.Add(1)
 	case KindDetokenized:
-		t.applyDelivery(sh, r, u, ns)
+		t.delivered(r, u.NumNewTokens, u.Busy, ns)
 	case KindFinished:
 		if side == SideFrontend {
 			r.feFinish, r.feReason = ns, u.FinishReason
@@ -235,7 +203,7 @@ func (t *Tracker) apply(sh *shard, r *reqState, u *Update, side Side, ns int64) 
 
 // applyPrefill starts a run after QUEUED or PREEMPTED, or adds a chunk to
 // the current one.
-func (t *Tracker) applyPrefill(sh *shard, r *reqState, u *Update, ns int64, chunk bool) {
+func (t *Tracker) applyPrefill(r *reqState, u *Update, ns int64, chunk bool) {
 	computed, cached := int32(u.NumComputedTokens), int32(u.NumCachedTokens)
 	cr := r.curRun()
 	var prev int32
@@ -269,18 +237,58 @@ func (t *Tracker) applyPrefill(sh *shard, r *reqState, u *Update, ns int64, chun
 		}
 	}
 	if d := computed - prev; d > 0 {
-		sh.promptTok.Add(int64(d))
+		r.sh.promptTok.Add(int64(d))
 	}
 }
 
-func (t *Tracker) applyDelivery(sh *shard, r *reqState, u *Update, ns int64) {
+// decoded applies the engine's DECODING of n tokens (0 means 1) and returns
+// how many of them count as newly generated for the stats log. The caller
+// has checked the transition and set r.en.
+func (t *Tracker) decoded(r *reqState, n int, ns, step int64, batch int32) int64 {
+	n = max(n, 1)
+	cr := &r.runs[len(r.runs)-1]
+	if cr.enFirst == 0 {
+		cr.enFirst = ns
+	}
+	cr.enTokens += int32(n)
+	r.enTokens += int64(n)
+	if r.enDeliv > 0 {
+		gap := ns - r.enLast
+		if r.feDeliv == 0 {
+			// The engine's gaps count only until the frontend
+			// delivers: from then on the frontend's are the ITL.
+			r.itl.add(gap)
+		}
+		if t.cfg.tokenLatencies {
+			x := r.ext()
+			x.enITLs = append(x.enITLs, time.Duration(gap))
+		}
+	} else {
+		r.enFirst = ns
+	}
+	r.enDeliv++
+	r.enLast = ns
+	if r.detail >= DetailSteps {
+		if x := r.ext(); len(x.steps) < maxDetailRecords {
+			x.steps = append(x.steps, stepRec{time: ns, index: step, batch: batch})
+		}
+	}
+	// Tokens the frontend's deliveries already counted are not counted
+	// again.
+	c := min(r.genCredit, int32(n))
+	r.genCredit -= c
+	return int64(n) - int64(c)
+}
+
+// delivered applies the frontend's DETOKENIZED of n tokens. The caller has
+// checked the transition and set r.fe.
+func (t *Tracker) delivered(r *reqState, n int, busy time.Duration, ns int64) {
 	if r.detokCount == 0 {
 		r.detokFirst = ns
 	}
 	r.detokCount++
 	r.detokLast = ns
-	r.detokBusy += int64(u.Busy)
-	n := u.NumNewTokens
+	r.detokBusy += int64(busy)
 	if n == 0 {
 		return
 	}
@@ -315,7 +323,7 @@ func (t *Tracker) applyDelivery(sh *shard, r *reqState, u *Update, ns int64) {
 		// No engine update has reached us: the frontend's tokens are the
 		// generation throughput, and a credit against the engine's
 		// DECODINGs should they come after all (SPEC §1: any order).
-		sh.genTok.Add(int64(n))
+		r.sh.genTok.Add(int64(n))
 		r.genCredit += int32(n)
 	}
 }

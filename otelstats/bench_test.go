@@ -218,9 +218,13 @@ func (c *benchClock) now() time.Time {
 // and the frontend's Request handles for arrival, input processing,
 // detokenization and finish. Once its slices have grown, it allocates
 // nothing.
+//
+// Step entries name requests by handle, as an engine that keeps the handle
+// with its request object does; with byID they name them by id.
 type benchEngine struct {
 	tr    *otelstats.Tracker
 	clk   *benchClock
+	byID  bool
 	ids   []string
 	reqs  []*otelstats.Request
 	step  otelstats.Step
@@ -248,10 +252,29 @@ func (e *benchEngine) arrive(tb testing.TB, ids ...string) {
 			tb.Fatal(err)
 		}
 		e.reqs = append(e.reqs, q)
-		e.sched = append(e.sched, otelstats.Scheduled{RequestID: id})
-		e.dec = append(e.dec, otelstats.Decoded{RequestID: id, NewTokens: 1})
-		e.fin = append(e.fin, otelstats.Finished{RequestID: id, Reason: otelstats.FinishStop})
+		h := q
+		if e.byID {
+			h = nil
+		}
+		e.sched = append(e.sched, otelstats.Scheduled{Req: h, RequestID: id})
+		e.dec = append(e.dec, otelstats.Decoded{Req: h, RequestID: id, NewTokens: 1})
+		e.fin = append(e.fin, otelstats.Finished{Req: h, RequestID: id, Reason: otelstats.FinishStop})
 	}
+}
+
+// queued and preempted name all the engine's requests, by handle or id.
+func (e *benchEngine) queued() otelstats.Step {
+	if e.byID {
+		return otelstats.Step{Queued: e.ids}
+	}
+	return otelstats.Step{QueuedReqs: e.reqs}
+}
+
+func (e *benchEngine) preempted() otelstats.Step {
+	if e.byID {
+		return otelstats.Step{Preempted: e.ids}
+	}
+	return otelstats.Step{PreemptedReqs: e.reqs}
 }
 
 func (e *benchEngine) record(tb testing.TB, s otelstats.Step) {
@@ -265,7 +288,7 @@ func (e *benchEngine) record(tb testing.TB, s otelstats.Step) {
 // prefill queues the requests and schedules one prefill chunk per value of
 // computed (the tokens computed once the chunk is done).
 func (e *benchEngine) prefill(tb testing.TB, computed ...int) {
-	e.record(tb, otelstats.Step{Queued: e.ids})
+	e.record(tb, e.queued())
 	for _, c := range computed {
 		e.schedule(tb, c)
 	}
@@ -297,7 +320,7 @@ func (e *benchEngine) decodeDeliver(tb testing.TB) {
 	e.deliver(tb)
 }
 
-func (e *benchEngine) preempt(tb testing.TB) { e.record(tb, otelstats.Step{Preempted: e.ids}) }
+func (e *benchEngine) preempt(tb testing.TB) { e.record(tb, e.preempted()) }
 
 // finish finishes every request on both sides.
 func (e *benchEngine) finish(tb testing.TB) {
@@ -452,9 +475,17 @@ func naiveBatch(n *naiveInst, count int) []*naiveRequest {
 // BenchmarkStepToken: one op is one output token recorded through
 // Tracker.Step, with 256 requests in flight decoding one token each per step
 // and one Step value reused.
-func BenchmarkStepToken(b *testing.B) {
+func BenchmarkStepToken(b *testing.B) { benchStepToken(b, false) }
+
+// BenchmarkStepTokenByID: the same with the step's entries naming requests by
+// id (an engine that does not keep the handles, e.g. one fed through the
+// update log or another process): each entry hashes and looks its id up.
+func BenchmarkStepTokenByID(b *testing.B) { benchStepToken(b, true) }
+
+func benchStepToken(b *testing.B, byID bool) {
 	tr := newBenchTracker(b, newBenchPipeline(b, nil, true))
 	e := newBenchEngine(b, tr, newBenchClock(time.Now(), benchEngineTick))
+	e.byID = byID
 	e.arrive(b, benchIDs[:benchBatch]...)
 	e.prefill(b, benchPromptTokens)
 	e.decode(b, benchBatch) // first tokens

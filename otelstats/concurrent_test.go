@@ -38,10 +38,10 @@ func TestConcurrentRequests(t *testing.T) {
 				}
 				must(q.InputProcessed(at(off+1), 10, nil))
 				must(tr.Step(&Step{Time: at(off + 2), Queued: []string{id}}))
-				must(tr.Step(&Step{Time: at(off + 5), Scheduled: []Scheduled{{id, 10, 4}}}))
+				must(tr.Step(&Step{Time: at(off + 5), Scheduled: []Scheduled{{RequestID: id, ComputedTokens: 10, CachedTokens: 4}}}))
 				for k := range 3 {
 					tok := off + 20 + float64(10*k)
-					must(tr.Step(&Step{Time: at(tok), Decoded: []Decoded{{id, 1}}}))
+					must(tr.Step(&Step{Time: at(tok), Decoded: []Decoded{{RequestID: id, NewTokens: 1}}}))
 					must(q.Detokenized(at(tok+1), 1, 0))
 				}
 				must(tr.Step(&Step{Time: at(off + 40), Finished: []Finished{{RequestID: id, Reason: "stop"}}}))

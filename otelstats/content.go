@@ -64,10 +64,9 @@ func (q *Request) RecordContent(input, output string) {
 		return
 	}
 	in, out := t.cfg.content.prepare(input), t.cfg.content.prepare(output)
-	sh := t.shardFor(r.id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if r.done {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done.Load() {
 		return
 	}
 	x := r.ext()

@@ -133,9 +133,9 @@ func runFuzzSequenceH(t *testing.T, data []byte, inspect func(*harness)) {
 				case 1:
 					s.Preempted = append(s.Preempted, id2)
 				case 2:
-					s.Scheduled = append(s.Scheduled, Scheduled{id2, int(c2) - 5, int(c2 >> 2)})
+					s.Scheduled = append(s.Scheduled, Scheduled{RequestID: id2, ComputedTokens: int(c2) - 5, CachedTokens: int(c2 >> 2)})
 				case 3:
-					s.Decoded = append(s.Decoded, Decoded{id2, int(c2%5) - 1})
+					s.Decoded = append(s.Decoded, Decoded{RequestID: id2, NewTokens: int(c2%5) - 1})
 				case 4:
 					s.Finished = append(s.Finished, Finished{RequestID: id2, Reason: fzReasons[c2%5]})
 				case 5:

@@ -381,21 +381,21 @@ func stepScenario(h *harness, useStep bool) {
 		inputProcessed("A", 2.5, 10), inputProcessed("B", 2.5, 8), inputProcessed("C", 2.5, 6))
 	step(Step{Time: at(3), Queued: []string{"A", "B", "C"}},
 		queued("A", 3), queued("B", 3), queued("C", 3))
-	step(Step{Time: at(5), Scheduled: []Scheduled{{"A", 10, 0}, {"B", 8, 4}}},
+	step(Step{Time: at(5), Scheduled: []Scheduled{{RequestID: "A", ComputedTokens: 10, CachedTokens: 0}, {RequestID: "B", ComputedTokens: 8, CachedTokens: 4}}},
 		prefilling("A", 5, 10, 0), prefilling("B", 5, 8, 4))
-	step(Step{Time: at(10), Decoded: []Decoded{{"A", 0}, {"B", 2}}, Scheduled: []Scheduled{{"C", 6, 0}}},
+	step(Step{Time: at(10), Decoded: []Decoded{{RequestID: "A", NewTokens: 0}, {RequestID: "B", NewTokens: 2}}, Scheduled: []Scheduled{{RequestID: "C", ComputedTokens: 6, CachedTokens: 0}}},
 		prefilling("C", 10, 6, 0), decoding("A", 10, 1), decoding("B", 10, 2))
-	step(Step{Time: at(20), Decoded: []Decoded{{"A", 1}, {"B", 1}, {"C", 1}}, Finished: []Finished{{RequestID: "B", Reason: "stop"}},
+	step(Step{Time: at(20), Decoded: []Decoded{{RequestID: "A", NewTokens: 1}, {RequestID: "B", NewTokens: 1}, {RequestID: "C", NewTokens: 1}}, Finished: []Finished{{RequestID: "B", Reason: "stop"}},
 		Stats: &SchedulerStats{Running: 3, Waiting: 0, KVCacheUsage: 0.25}},
 		decoding("A", 20, 1), decoding("B", 20, 1), decoding("C", 20, 1), enFinished("B", 20, "stop"))
 	fe(feFinished("B", 21, "stop"))
-	step(Step{Time: at(30), Preempted: []string{"A"}, Decoded: []Decoded{{"C", 1}}, Finished: []Finished{{RequestID: "C", Reason: "length"}}},
+	step(Step{Time: at(30), Preempted: []string{"A"}, Decoded: []Decoded{{RequestID: "C", NewTokens: 1}}, Finished: []Finished{{RequestID: "C", Reason: "length"}}},
 		preempted("A", 30), decoding("C", 30, 1), enFinished("C", 30, "length"))
 	fe(feFinished("C", 31, "length"))
 	// Recompute of A: prompt 10 + 2 generated.
-	step(Step{Time: at(40), Scheduled: []Scheduled{{"A", 12, 0}}, Stats: &SchedulerStats{Running: 1, Waiting: 0, KVCacheUsage: 0.1}},
+	step(Step{Time: at(40), Scheduled: []Scheduled{{RequestID: "A", ComputedTokens: 12, CachedTokens: 0}}, Stats: &SchedulerStats{Running: 1, Waiting: 0, KVCacheUsage: 0.1}},
 		prefilling("A", 40, 12, 0))
-	step(Step{Time: at(50), Decoded: []Decoded{{"A", 1}}, Finished: []Finished{{RequestID: "A", Reason: "stop"}}},
+	step(Step{Time: at(50), Decoded: []Decoded{{RequestID: "A", NewTokens: 1}}, Finished: []Finished{{RequestID: "A", Reason: "stop"}}},
 		decoding("A", 50, 1), enFinished("A", 50, "stop"))
 	fe(feFinished("A", 51, "stop"))
 }
@@ -469,8 +469,8 @@ func TestStepRejections(t *testing.T) {
 	h.feed([]Update{arrived("ok", 0, "m", "chat"), arrived("bad", 0, "m", "chat"), queued("ok", 1), queued("bad", 1)})
 	// "bad" decodes before any PREFILLING; "ok" is scheduled in the same step.
 	err := h.tr.Step(&Step{Time: at(2),
-		Scheduled: []Scheduled{{"ok", 3, 0}, {"bad", 3, 5}}, // bad: 5 cached > 3 computed
-		Decoded:   []Decoded{{"bad", 1}, {"ok", -1}},        // ok: negative count
+		Scheduled: []Scheduled{{RequestID: "ok", ComputedTokens: 3, CachedTokens: 0}, {RequestID: "bad", ComputedTokens: 3, CachedTokens: 5}}, // bad: 5 cached > 3 computed
+		Decoded:   []Decoded{{RequestID: "bad", NewTokens: 1}, {RequestID: "ok", NewTokens: -1}},        // ok: negative count
 	})
 	if !errors.Is(err, ErrRejected) || !errors.Is(err, ReasonCachedExceedsComputed) ||
 		!errors.Is(err, ReasonBadTransition) || !errors.Is(err, ReasonNegativeCount) {
@@ -484,7 +484,7 @@ func TestStepRejections(t *testing.T) {
 		t.Errorf("rejections = %d, want 3", n)
 	}
 	// "ok" was scheduled: it decodes next step and finishes.
-	if err := h.tr.Step(&Step{Time: at(4), Decoded: []Decoded{{"ok", 1}}, Finished: []Finished{{RequestID: "ok", Reason: "stop"}, {RequestID: "bad", Reason: "abort"}}}); err != nil {
+	if err := h.tr.Step(&Step{Time: at(4), Decoded: []Decoded{{RequestID: "ok", NewTokens: 1}}, Finished: []Finished{{RequestID: "ok", Reason: "stop"}, {RequestID: "bad", Reason: "abort"}}}); err != nil {
 		t.Fatal(err)
 	}
 	wantLatency(t, "ok ttft", h.statsOf("ok").FirstTokenLatency, 4)
@@ -494,7 +494,7 @@ func TestStepRejections(t *testing.T) {
 	// More than eight rejections: all counted, eight in the error.
 	many := &Step{Time: at(5)}
 	for range 12 {
-		many.Decoded = append(many.Decoded, Decoded{"ok", 1})
+		many.Decoded = append(many.Decoded, Decoded{RequestID: "ok", NewTokens: 1})
 	}
 	err = h.tr.Step(many)
 	if got := len(err.(interface{ Unwrap() []error }).Unwrap()); got != 8 {

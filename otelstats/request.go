@@ -25,10 +25,13 @@ type Arrival struct {
 // record that request's frontend updates without looking it up. A Request is
 // safe for concurrent use; after the request finished, its methods return a
 // RejectError with ReasonAfterFinished.
+//
+// Engines can name a request by its handle in a Step (Decoded.Req and the
+// like) instead of its id: that skips the id lookup, which is most of what
+// recording a token would otherwise cost.
 type Request struct {
-	t  *Tracker
-	r  *reqState
-	sc trace.SpanContext
+	t *Tracker
+	r *reqState
 }
 
 // Arrive records ARRIVED for request id and returns its handle. A valid span
@@ -50,7 +53,7 @@ func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, e
 		return &Request{t: t}, err
 	}
 	t.after(ns)
-	return &Request{t: t, r: r, sc: spanContextOf(r)}, nil
+	return &r.h, nil
 }
 
 // ID returns the request's id.
@@ -64,15 +67,20 @@ func (q *Request) ID() string {
 // SpanContext is the span context the request's root span will have, known
 // from arrival so it can be propagated downstream (traceparent) before the
 // spans exist.
-func (q *Request) SpanContext() trace.SpanContext { return q.sc }
+func (q *Request) SpanContext() trace.SpanContext {
+	if q.r == nil {
+		return trace.SpanContext{}
+	}
+	return spanContextOf(q.r) // ids are fixed at arrival: no lock
+}
 
 // Context returns ctx carrying the request's root span context, so spans the
 // engine or its outgoing calls start join the request's trace.
 func (q *Request) Context(ctx context.Context) context.Context {
-	if !q.sc.IsValid() {
+	if q.r == nil {
 		return ctx
 	}
-	return trace.ContextWithSpanContext(ctx, q.sc)
+	return trace.ContextWithSpanContext(ctx, spanContextOf(q.r))
 }
 
 // InputProcessed records INPUT_PROCESSED: tokenization and templating done.
@@ -84,6 +92,24 @@ func (q *Request) InputProcessed(at time.Time, promptTokens int, sp *SamplingPar
 // Detokenized records a delivery of newTokens tokens towards the client;
 // busy is the time spent detokenizing, if known.
 func (q *Request) Detokenized(at time.Time, newTokens int, busy time.Duration) error {
+	// The per-token fast path: what check and apply would do for a valid
+	// delivery, without building an Update. Anything unusual takes the
+	// general path, which rejects it with the precise reason.
+	if t, r := q.t, q.r; r != nil && uint(newTokens) <= maxNewTokensStep && busy >= 0 && !t.closed.Load() {
+		if ns := t.ns(at); validNs(ns) {
+			r.mu.Lock()
+			if !r.done.Load() && allowed[SideFrontend][KindDetokenized]&(1<<r.fe.last) != 0 && ns >= r.fe.time {
+				r.fe.last, r.fe.time = KindDetokenized, ns
+				r.lastSeen = max(r.lastSeen, ns)
+				r.feReported = true
+				t.delivered(r, newTokens, busy, ns)
+				r.mu.Unlock()
+				t.after(ns)
+				return nil
+			}
+			r.mu.Unlock()
+		}
+	}
 	return q.Record(Update{Kind: KindDetokenized, Time: at, NumNewTokens: newTokens, Busy: busy})
 }
 
@@ -111,32 +137,51 @@ func (q *Request) Record(u Update) error {
 		}
 		return t.rejected(reject(&u, u.Side, ReasonUnknownRequest, "the request's arrival was rejected"))
 	}
+	if err := t.recordReq(r, &u); err != nil {
+		return err
+	}
+	t.after(t.ns(u.Time))
+	return nil
+}
+
+// recordReq records u for r, found by handle rather than by id. u's
+// RequestID, Scope and Model are set from r.
+func (t *Tracker) recordReq(r *reqState, u *Update) error {
 	u.RequestID, u.Scope, u.Model = r.id, r.scope, r.model
 	if u.Kind == KindArrived {
-		return t.rejected(reject(&u, SideFrontend, ReasonDuplicateArrival, "the handle's request has arrived already"))
+		return t.rejected(reject(u, SideFrontend, ReasonDuplicateArrival, "the handle's request has arrived already"))
 	}
-	side, rerr := check(&u)
+	if t.closed.Load() {
+		return t.rejected(reject(u, u.Side, ReasonClosed, "the tracker is shut down"))
+	}
+	side, rerr := check(u)
 	if rerr != nil {
 		return t.rejected(rerr)
 	}
 	ns := t.ns(u.Time)
-	sh := t.shardFor(r.id)
-	sh.mu.Lock()
-	if r.done {
-		sh.mu.Unlock()
-		return t.rejected(reject(&u, side, ReasonAfterFinished, "the request has finished"))
+	r.mu.Lock()
+	if r.done.Load() {
+		r.mu.Unlock()
+		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 	}
-	complete, rerr := t.apply(sh, r, &u, side, ns)
+	complete, rerr := t.apply(r, u, side, ns)
 	if complete {
-		sh.remove(r)
+		r.done.Store(true)
 	}
-	sh.mu.Unlock()
+	r.mu.Unlock()
 	if complete {
-		t.finalize(r, "")
+		t.retire(r)
 	}
 	if rerr != nil {
 		return t.rejected(rerr)
 	}
-	t.after(ns)
 	return nil
+}
+
+// retire unlinks a request its caller ended and finalizes it.
+func (t *Tracker) retire(r *reqState) {
+	r.sh.mu.Lock()
+	r.sh.unlink(r)
+	r.sh.mu.Unlock()
+	t.finalize(r, "")
 }

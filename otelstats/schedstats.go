@@ -145,7 +145,8 @@ func (l *statsLog) maybeLog(ns int64) {
 // snapshot computes the interval ending at ns and starts the next. Called
 // with mu held.
 func (l *statsLog) snapshot(ns int64) Stats {
-	var prompt, gen, pre int64
+	var prompt, pre int64
+	gen := l.t.stepGen.Load()
 	for i := range l.t.shards {
 		sh := &l.t.shards[i]
 		prompt += sh.promptTok.Load()

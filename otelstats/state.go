@@ -2,7 +2,8 @@ package otelstats
 
 import (
 	"math"
-	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -46,10 +47,15 @@ type itlHist struct {
 	sum      [nITL]int64
 	min, max int64
 	cnt      uint32
+	last     uint8 // the bucket of the previous gap: a stream's gaps are steady
 }
 
 func (h *itlHist) add(gap int64) {
-	i := sort.Search(len(itlBoundsNs), func(i int) bool { return gap <= itlBoundsNs[i] })
+	i := int(h.last)
+	if !inBucket(gap, i) {
+		i = itlBucket(gap)
+		h.last = uint8(i)
+	}
 	if h.cnt == 0 || gap < h.min {
 		h.min = gap
 	}
@@ -57,6 +63,21 @@ func (h *itlHist) add(gap int64) {
 	h.cnt++
 	h.n[i]++
 	h.sum[i] += gap
+}
+
+// inBucket reports whether gap falls in ITL bucket i: (bound[i-1], bound[i]].
+func inBucket(gap int64, i int) bool {
+	return (i == 0 || gap > itlBoundsNs[i-1]) && (i == nITL-1 || gap <= itlBoundsNs[i])
+}
+
+// itlBucket is the bucket of gap: the first bound at or above it.
+func itlBucket(gap int64) int {
+	for i, b := range itlBoundsNs {
+		if gap <= b {
+			return i
+		}
+	}
+	return nITL - 1
 }
 
 type sideState struct {
@@ -97,10 +118,18 @@ type stepRec struct {
 	batch int32
 }
 
-// reqState is one in-flight request. It is guarded by its shard's mutex
-// until done is set and it has left the shard; then only finalize reads it.
+// reqState is one in-flight request. Its own mutex guards it, so the engine
+// and a frontend meet only when they touch the same request at the same
+// instant; the shard's mutex guards only the shard's maps and next. done is
+// set once, under mu, by whoever ends the request; from then on only the
+// goroutine that set it (finalize) reads the state.
 type reqState struct {
-	next *reqState // requests sharing the id
+	mu   sync.Mutex
+	done atomic.Bool
+	sh   *shard
+	h    Request // the handle Arrive returns: one allocation per request
+
+	next *reqState // requests sharing the id; guarded by sh.mu
 
 	id, scope, model, operation string
 	traceID                     [16]byte
@@ -109,7 +138,6 @@ type reqState struct {
 
 	fe, en     sideState
 	feReported bool // the frontend sent more than ARRIVED
-	done       bool
 	detail     Detail
 	trusted    bool // the parent's sampled flag decides
 

@@ -15,24 +15,34 @@ import (
 // The slices are read during the call only; an engine can reuse one Step
 // value, truncating its slices each iteration, and record without
 // allocating.
+//
+// Entries name their request by id or, cheaper, by the *Request handle
+// Arrive returned (Req fields, QueuedReqs, PreemptedReqs): an engine that
+// keeps the handle with its own request object skips the id lookup, and a
+// decode token then costs a lock, a few stores and a histogram bucket.
 type Step struct {
 	Time time.Time
 	// Scope and Model, when set, select among in-flight requests that share
-	// an id (see "Request ids" in the package doc).
+	// an id (see "Request ids" in the package doc). Entries given by handle
+	// need neither.
 	Scope string
 	Model string
 
-	Queued    []string
-	Preempted []string
-	Scheduled []Scheduled
-	Decoded   []Decoded
-	Finished  []Finished
-	Stats     *SchedulerStats
+	Queued        []string
+	QueuedReqs    []*Request
+	Preempted     []string
+	PreemptedReqs []*Request
+	Scheduled     []Scheduled
+	Decoded       []Decoded
+	Finished      []Finished
+	Stats         *SchedulerStats
 }
 
 // Scheduled is a request scheduled to compute prompt tokens in a step: a new
 // prefill, a further chunk, or a recompute after preemption (PREFILLING).
 type Scheduled struct {
+	// Req, when set, names the request; RequestID is then ignored.
+	Req       *Request
 	RequestID string
 	// ComputedTokens is how many of the request's tokens will have been
 	// computed once this chunk is done, counting prefix-cache hits.
@@ -43,12 +53,14 @@ type Scheduled struct {
 
 // Decoded is a request that produced output tokens in a step (DECODING).
 type Decoded struct {
+	Req       *Request // when set, names the request; RequestID is ignored
 	RequestID string
 	NewTokens int // 0 means 1
 }
 
 // Finished is a request the engine finished in a step.
 type Finished struct {
+	Req       *Request // when set, names the request; RequestID is ignored
 	RequestID string
 	Reason    string
 	ErrorType string
@@ -66,41 +78,77 @@ func (t *Tracker) Step(s *Step) error {
 	ns := t.ns(s.Time)
 	var errs []error
 	u := Update{Side: SideEngine, Time: s.Time, Scope: s.Scope, Model: s.Model}
-	do := func() {
-		if err := t.record(&u, ns); err != nil && len(errs) < maxStepErrors {
+	do := func(q *Request) {
+		var err error
+		switch {
+		case q == nil:
+			err = t.record(&u, ns)
+		case q.r == nil || q.t != t:
+			err = q.Record(u) // the handle's own rejection
+		default:
+			uu := u // recordReq names the request in its copy
+			err = t.recordReq(q.r, &uu)
+		}
+		if err != nil && len(errs) < maxStepErrors {
 			errs = append(errs, err)
 		}
 	}
 	u.Kind = KindQueued
 	for _, id := range s.Queued {
 		u.RequestID = id
-		do()
+		do(nil)
+	}
+	for _, q := range s.QueuedReqs {
+		do(q)
 	}
 	u.Kind = KindPreempted
 	for _, id := range s.Preempted {
 		u.RequestID = id
-		do()
+		do(nil)
+	}
+	for _, q := range s.PreemptedReqs {
+		do(q)
 	}
 	u.Kind = KindPrefilling
 	for i := range s.Scheduled {
 		e := &s.Scheduled[i]
 		u.RequestID, u.NumComputedTokens, u.NumCachedTokens = e.RequestID, e.ComputedTokens, e.CachedTokens
-		do()
+		do(e.Req)
 	}
 	u.NumComputedTokens, u.NumCachedTokens = 0, 0
 	u.Kind = KindDecoding
 	u.step, u.batch = t.steps.Add(1), int32(len(s.Decoded))
+	// Decode tokens by handle take a fast path: the step's time and the
+	// tracker's state are checked once, each entry only for its own count
+	// and transition; generated tokens are counted once per step.
+	fast := validNs(ns) && !t.closed.Load()
+	var gen int64
 	for i := range s.Decoded {
 		e := &s.Decoded[i]
+		if q := e.Req; fast && q != nil && q.t == t && q.r != nil && uint(e.NewTokens) <= maxNewTokensStep {
+			r := q.r
+			r.mu.Lock()
+			if !r.done.Load() && (r.en.last == KindDecoding || r.en.last == KindPrefilling) && ns >= r.en.time {
+				r.en.last, r.en.time = KindDecoding, ns
+				r.lastSeen = max(r.lastSeen, ns)
+				gen += t.decoded(r, e.NewTokens, ns, u.step, u.batch)
+				r.mu.Unlock()
+				continue
+			}
+			r.mu.Unlock()
+		}
 		u.RequestID, u.NumNewTokens = e.RequestID, e.NewTokens
-		do()
+		do(e.Req)
+	}
+	if gen != 0 {
+		t.stepGen.Add(gen)
 	}
 	u.NumNewTokens = 0
 	u.Kind = KindFinished
 	for i := range s.Finished {
 		e := &s.Finished[i]
 		u.RequestID, u.FinishReason, u.ErrorType = e.RequestID, e.Reason, e.ErrorType
-		do()
+		do(e.Req)
 	}
 	if s.Stats != nil {
 		t.recordSched(ns, s.Stats)

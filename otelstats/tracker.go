@@ -55,13 +55,20 @@ type Tracker struct {
 	seed     maphash.Seed
 	shards   [numShards]shard
 
-	hwm        atomic.Int64 // latest update time seen, ns
-	nextSweep  atomic.Int64
+	// hwm and nextSweep are read by every update from every goroutine
+	// and written rarely (hwm at most once per hwmSlack): their own cache
+	// line, away from the counters arrivals and finishes write.
+	_         [64]byte
+	hwm       atomic.Int64 // latest update time seen, ns (may lag by hwmSlack)
+	nextSweep atomic.Int64
+	closed    atomic.Bool
+	_         [64]byte
+
 	sweepMu    sync.Mutex
 	inflight   atomic.Int64
 	held       atomic.Int64
-	closed     atomic.Bool
-	schedCache atomic.Bool // the engine reports prefix-cache counters itself
+	schedCache atomic.Bool  // the engine reports prefix-cache counters itself
+	stepGen    atomic.Int64 // generated tokens Steps counted in bulk, for the stats log
 
 	stats   *statsLog
 	trees   sync.Pool
@@ -156,8 +163,15 @@ func (t *Tracker) Record(u Update) error {
 	return nil
 }
 
+// hwmSlack is how far the high-water mark may lag the latest update: moving
+// it on every update would make every goroutine write one shared cache line
+// per token, and sweeps and holds work in milliseconds and up anyway.
+const hwmSlack = int64(time.Millisecond)
+
 func (t *Tracker) after(ns int64) {
-	t.advance(ns)
+	if ns > t.hwm.Load()+hwmSlack {
+		t.advance(ns)
+	}
 	if ns >= t.nextSweep.Load() {
 		t.maybeSweep()
 	}
@@ -200,10 +214,24 @@ func (t *Tracker) record(u *Update, ns int64) error {
 	case lookupAmbiguous:
 		sh.mu.Unlock()
 		return t.rejected(reject(u, side, ReasonAmbiguousRequest, "several in-flight requests share this id; give scope or model"))
+	case lookupDone:
+		sh.mu.Unlock()
+		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 	}
-	complete, rerr := t.apply(sh, r, u, side, ns)
+	r.mu.Lock()
+	if r.done.Load() {
+		// Ended through its handle between lookup and lock.
+		r.mu.Unlock()
+		sh.mu.Unlock()
+		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
+	}
+	complete, rerr := t.apply(r, u, side, ns)
 	if complete {
-		sh.remove(r)
+		r.done.Store(true)
+	}
+	r.mu.Unlock()
+	if complete {
+		sh.unlink(r)
 	}
 	sh.mu.Unlock()
 	if complete {
@@ -233,27 +261,34 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 	sh.mu.Lock()
 	var ended *reqState
 	for c := sh.reqs[u.RequestID]; c != nil; c = c.next {
-		if c.scope == u.Scope && c.model == u.Model {
-			if c.waitUntil == 0 {
-				sh.mu.Unlock()
-				return nil, t.rejected(reject(u, SideFrontend, ReasonDuplicateArrival, "a request with this id, scope and model is in flight"))
-			}
+		if c.scope != u.Scope || c.model != u.Model {
+			continue
+		}
+		c.mu.Lock()
+		switch {
+		case c.done.Load():
+			// Ending right now through its handle: no longer in flight.
+		case c.waitUntil == 0:
+			c.mu.Unlock()
+			sh.mu.Unlock()
+			return nil, t.rejected(reject(u, SideFrontend, ReasonDuplicateArrival, "a request with this id, scope and model is in flight"))
+		default:
 			// The earlier request finished on one side and was waiting
 			// for the other's FINISHED: an id reused by a new request
 			// ends that wait now.
+			c.done.Store(true)
 			ended = c
+		}
+		c.mu.Unlock()
+		if ended != nil {
+			sh.unlink(ended)
 			break
 		}
 	}
-	if ended != nil {
-		sh.remove(ended)
-	}
 	var evicted *reqState
 	if t.inflight.Load() >= int64(t.cfg.maxInFlight) {
-		evicted = sh.oldest()
-		if evicted != nil {
-			evicted.done = true
-			sh.remove(evicted)
+		if evicted = sh.oldest(); evicted != nil {
+			sh.unlink(evicted)
 		}
 	}
 	op := u.Operation
@@ -264,7 +299,9 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op,
 		arrived: ns, lastSeen: ns, prompt: -1, cached: -1,
 		fe: sideState{last: KindArrived, time: ns},
+		sh: sh,
 	}
+	r.h = Request{t: t, r: r}
 	r.runs = r.runsBuf[:0]
 	r.detail = u.detail
 	r.trusted = u.trustParent || t.cfg.trustParent
@@ -285,6 +322,7 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 	// Updates that came before this ARRIVED, in the order they came.
 	var errs []error
 	complete := false
+	r.mu.Lock()
 	if hs, ok := sh.held[u.RequestID]; ok {
 		keep := hs[:0]
 		for i := range hs {
@@ -294,7 +332,7 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 				continue
 			}
 			t.held.Add(-1)
-			c, rerr := t.apply(sh, r, h, h.Side, t.ns(h.Time))
+			c, rerr := t.apply(r, h, h.Side, t.ns(h.Time))
 			if rerr != nil {
 				errs = append(errs, rerr)
 			}
@@ -307,7 +345,11 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 		}
 	}
 	if complete {
-		sh.remove(r)
+		r.done.Store(true)
+	}
+	r.mu.Unlock()
+	if complete {
+		sh.unlink(r)
 	}
 	sh.mu.Unlock()
 	if ended != nil {
@@ -332,27 +374,51 @@ const (
 	lookupFound lookupResult = iota
 	lookupNone
 	lookupAmbiguous
+	lookupDone // only a request that is ending right now matches
 )
 
+// lookup finds the in-flight request id names. Called with sh.mu held.
 func (sh *shard) lookup(id, scope, model string) (*reqState, lookupResult) {
 	var found *reqState
+	ending := false
 	for c := sh.reqs[id]; c != nil; c = c.next {
-		if c.matches(scope, model) {
-			if found != nil {
-				return nil, lookupAmbiguous
-			}
-			found = c
+		if !c.matches(scope, model) {
+			continue
 		}
+		if c.done.Load() {
+			// Ended through its handle, not yet unlinked.
+			ending = true
+			continue
+		}
+		if found != nil {
+			return nil, lookupAmbiguous
+		}
+		found = c
 	}
-	if found == nil {
-		return nil, lookupNone
+	switch {
+	case found != nil:
+		return found, lookupFound
+	case ending:
+		return nil, lookupDone
 	}
-	return found, lookupFound
+	return nil, lookupNone
 }
 
-// remove takes r out of the shard and remembers it as recently finished.
-func (sh *shard) remove(r *reqState) {
-	r.done = true
+// end marks r done unless someone else ended it first; it reports whether
+// the caller ended it and so must unlink and finalize it.
+func (r *reqState) end() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done.Load() {
+		return false
+	}
+	r.done.Store(true)
+	return true
+}
+
+// unlink takes r, already done, out of the shard and remembers it as
+// recently finished. Called with sh.mu held.
+func (sh *shard) unlink(r *reqState) {
 	head := sh.reqs[r.id]
 	if head == r {
 		if r.next == nil {
@@ -383,17 +449,22 @@ func (sh *shard) isRecent(id, scope, model string) bool {
 	return false
 }
 
-// oldest is the in-flight request of the shard that arrived first.
+// oldest ends the in-flight request of the shard that arrived first and
+// returns it, or nil. Called with sh.mu held.
 func (sh *shard) oldest() *reqState {
-	var o *reqState
-	for _, c := range sh.reqs {
-		for ; c != nil; c = c.next {
-			if o == nil || c.arrived < o.arrived {
-				o = c
+	for {
+		var o *reqState
+		for _, c := range sh.reqs {
+			for ; c != nil; c = c.next {
+				if !c.done.Load() && (o == nil || c.arrived < o.arrived) {
+					o = c
+				}
 			}
 		}
+		if o == nil || o.end() {
+			return o
+		}
 	}
-	return o
 }
 
 // Sweep ends what has expired by now: requests whose other side did not
@@ -433,19 +504,23 @@ func (t *Tracker) sweep(now int64, all bool) {
 		start := len(done)
 		sh.mu.Lock()
 		for _, head := range sh.reqs {
-			for c := head; c != nil; {
-				next := c.next
-				switch {
-				case c.waitUntil != 0 && (all || now >= c.waitUntil):
-					done = append(done, ended{c, ""})
-				case ttl > 0 && now-c.lastSeen >= ttl && c.feFinish == 0 && c.enFinish == 0:
-					done = append(done, ended{c, FinishAbandoned})
+			for c := head; c != nil; c = c.next {
+				c.mu.Lock()
+				if !c.done.Load() {
+					switch {
+					case c.waitUntil != 0 && (all || now >= c.waitUntil):
+						c.done.Store(true)
+						done = append(done, ended{c, ""})
+					case ttl > 0 && now-c.lastSeen >= ttl && c.feFinish == 0 && c.enFinish == 0:
+						c.done.Store(true)
+						done = append(done, ended{c, FinishAbandoned})
+					}
 				}
-				c = next
+				c.mu.Unlock()
 			}
 		}
 		for _, e := range done[start:] {
-			sh.remove(e.r)
+			sh.unlink(e.r)
 		}
 		for id, hs := range sh.held {
 			keep := hs[:0]
@@ -503,11 +578,13 @@ func (t *Tracker) Shutdown(ctx context.Context) error {
 				sh.mu.Lock()
 				for _, head := range sh.reqs {
 					for c := head; c != nil; c = c.next {
-						rest = append(rest, c)
+						if c.end() {
+							rest = append(rest, c)
+						}
 					}
 				}
 				for _, r := range rest[start:] {
-					sh.remove(r)
+					sh.unlink(r)
 				}
 				sh.mu.Unlock()
 			}

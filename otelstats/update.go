@@ -194,4 +194,10 @@ const (
 var (
 	minTime = time.Unix(1, 0)
 	maxTime = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)
+
+	minNs, maxNs = minTime.UnixNano(), maxTime.UnixNano()
 )
+
+// validNs is the fast paths' time check on a time already mapped through the
+// tracker's anchor: the same bounds as check's.
+func validNs(ns int64) bool { return ns >= minNs && ns <= maxNs }
