@@ -470,7 +470,7 @@ func TestStepRejections(t *testing.T) {
 	// "bad" decodes before any PREFILLING; "ok" is scheduled in the same step.
 	err := h.tr.Step(&Step{Time: at(2),
 		Scheduled: []Scheduled{{RequestID: "ok", ComputedTokens: 3, CachedTokens: 0}, {RequestID: "bad", ComputedTokens: 3, CachedTokens: 5}}, // bad: 5 cached > 3 computed
-		Decoded:   []Decoded{{RequestID: "bad", NewTokens: 1}, {RequestID: "ok", NewTokens: -1}},        // ok: negative count
+		Decoded:   []Decoded{{RequestID: "bad", NewTokens: 1}, {RequestID: "ok", NewTokens: -1}},                                              // ok: negative count
 	})
 	if !errors.Is(err, ErrRejected) || !errors.Is(err, ReasonCachedExceedsComputed) ||
 		!errors.Is(err, ReasonBadTransition) || !errors.Is(err, ReasonNegativeCount) {
