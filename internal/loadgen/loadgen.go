@@ -110,7 +110,7 @@ type Result struct {
 	// Dropped. ExportedInWindow is what had been exported when the window
 	// closed; Backlog what was still queued or being exported then.
 	Produced, Exported, Dropped int64
-	ExportedInWindow, Backlog     int64
+	ExportedInWindow, Backlog   int64
 	// Flush is how long exporting the backlog took after the window.
 	Flush time.Duration
 	// Steps counts engine iterations in the window; StepP50, StepP99 and
@@ -165,7 +165,7 @@ func (r Result) Fields() []string {
 		"offered=" + i(r.Offered),
 		"shed=" + i(r.Shed),
 		"waiting=" + i(r.Waiting),
-		"completed=" + i(r.Completed + r.Drained),
+		"completed=" + i(r.Completed+r.Drained),
 		"rejected=" + i(r.Rejected),
 		"produced=" + i(r.Produced),
 		"exported=" + i(r.Exported),
