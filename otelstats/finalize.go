@@ -54,7 +54,11 @@ func (t *Tracker) finalize(r *reqState, override string) {
 		t.buildTimeline(r, &s, tb)
 		tb.tree.Reset()
 		spans.Build(&tb.tl, &tb.tree)
-		sc = tb.tree.Emit(context.Background(), t.tracer)
+		if t.cfg.sp != nil {
+			sc = tb.tree.Export(t.cfg.sp, t.src)
+		} else {
+			sc = tb.tree.Emit(context.Background(), t.tracer)
+		}
 		if tb.tree.Clamped > 0 {
 			s.ClampedSpans = tb.tree.Clamped
 			t.inst.clamped.Add(context.Background(), int64(tb.tree.Clamped))

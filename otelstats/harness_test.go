@@ -3,6 +3,7 @@ package otelstats
 import (
 	"context"
 	"fmt"
+	"os"
 	"reflect"
 	"sync"
 	"testing"
@@ -46,6 +47,13 @@ func newHarnessTP(t *testing.T, tpOpts []sdktrace.TracerProviderOption, opts ...
 	tpAll := append([]sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(h.rec), sdktrace.WithIDGenerator(spans.IDGenerator())}, tpOpts...)
 	tp := sdktrace.NewTracerProvider(tpAll...)
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.reader))
+	var direct []Option
+	if len(tpOpts) == 0 && os.Getenv("LLMTRACE_TEST_SPAN_PATH") == "processor" {
+		// The suite again, with trees handed straight to the processor
+		// (WithSpanProcessor) instead of through the Tracer: both paths
+		// must give the same spans.
+		direct = []Option{WithSpanProcessor(h.rec)}
+	}
 	all := append([]Option{
 		WithTracerProvider(tp), WithMeterProvider(mp), WithTokenLatencies(true),
 		WithOnFinish(func(s *RequestStats) {
@@ -53,7 +61,7 @@ func newHarnessTP(t *testing.T, tpOpts []sdktrace.TracerProviderOption, opts ...
 			h.stats = append(h.stats, *s)
 			h.mu.Unlock()
 		}),
-	}, opts...)
+	}, append(direct, opts...)...)
 	tr, err := NewTracker(all...)
 	if err != nil {
 		t.Fatal(err)

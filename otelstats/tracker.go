@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/spans"
@@ -47,6 +49,7 @@ type shard struct {
 type Tracker struct {
 	cfg    config
 	tracer trace.Tracer
+	src    *spans.Source // WithSpanProcessor's resource and scope
 	inst   *instruments
 	models *modelSet
 
@@ -117,6 +120,13 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 		anchorNs: now.UnixNano(),
 		seed:     maphash.MakeSeed(),
 		stop:     make(chan struct{}),
+	}
+	if cfg.sp != nil {
+		res := cfg.res
+		if res == nil {
+			res = resource.Default()
+		}
+		t.src = &spans.Source{Resource: res, Scope: instrumentation.Scope{Name: ScopeName, Version: Version()}}
 	}
 	t.stats = newStatsLog(t)
 	t.sampler = newSampler(cfg.sampling)

@@ -40,6 +40,10 @@ EXTRA_CHECKS=(
 	"if curl -fsS -m 10 -o /dev/null https://vuln.go.dev/index/db.json 2>/dev/null; then go run golang.org/x/vuln/cmd/govulncheck@v1.9.0 ./...; else echo 'govulncheck: vuln.go.dev unreachable from this machine; not run'; fi"
 	# Every benchmark compiles and runs once, so none rots.
 	"go test -run='^\$' -bench=. -benchtime=1x -count=1 ./..."
+	# The tracker's suite again with span trees handed straight to the
+	# span processor (otelstats.WithSpanProcessor) instead of through the
+	# Tracer: both export paths must give the same spans.
+	"LLMTRACE_TEST_SPAN_PATH=processor go test -count=1 ./otelstats"
 	# The churn test at full size (1,000,000 requests) without the race
 	# detector; under -race it runs 20,000.
 	"go test -run='^TestChurnHeap\$' -count=1 -v ./otelstats"

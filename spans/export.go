@@ -1,0 +1,160 @@
+package spans
+
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Source says where exported spans come from: the resource and the
+// instrumentation scope every span of a tree reports. One Source is shared
+// by all the trees a tracker exports.
+type Source struct {
+	Resource *resource.Resource
+	Scope    instrumentation.Scope
+}
+
+// Export hands t's spans to sp as finished, read-only spans — children
+// first, then the root, as ending them through a Tracer would — and returns
+// the root's span context.
+//
+// It is the fast path for a tree whose every timestamp is already known:
+// going through a Tracer builds, locks and snapshots a live span per span,
+// boxes an option per timestamp and consults the sampler, about 5 µs and 9
+// allocations a span; Export builds the same finished spans in three
+// allocations for the whole tree. What it skips is what a finished tree does
+// not need: the TracerProvider's sampler (the caller decided already) and
+// the processors' OnStart (the spans were never live). The spans are
+// sampled and are not retained by Export; sp owns them.
+func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext {
+	if len(t.Spans) == 0 || sp == nil {
+		return trace.SpanContext{}
+	}
+	// Three allocations: the spans, every attribute, every event.
+	nAttrs, nEvents := 0, 0
+	for i := range t.Spans {
+		nAttrs += len(t.Spans[i].Attrs)
+		nEvents += len(t.Spans[i].Events)
+		for j := range t.Spans[i].Events {
+			nAttrs += len(t.Spans[i].Events[j].Attrs)
+		}
+	}
+	out := make([]finished, len(t.Spans))
+	kvs := make([]attribute.KeyValue, 0, nAttrs)
+	var evs []sdktrace.Event
+	if nEvents > 0 {
+		evs = make([]sdktrace.Event, 0, nEvents)
+	}
+	take := func(a []attribute.KeyValue) []attribute.KeyValue {
+		if len(a) == 0 {
+			return nil
+		}
+		i := len(kvs)
+		kvs = append(kvs, a...)
+		return kvs[i:len(kvs):len(kvs)]
+	}
+
+	traceID, rootID := t.TraceID, t.SpanID
+	if !traceID.IsValid() {
+		if t.Parent.IsValid() {
+			traceID = t.Parent.TraceID()
+		} else {
+			traceID = NewTraceID()
+		}
+	}
+	if !rootID.IsValid() {
+		rootID = NewSpanID()
+	}
+	var ts trace.TraceState
+	if t.Parent.IsValid() {
+		ts = t.Parent.TraceState()
+	}
+	rootSC := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: traceID, SpanID: rootID, TraceFlags: trace.FlagsSampled, TraceState: ts,
+	})
+	for i := range t.Spans {
+		s, f := &t.Spans[i], &out[i]
+		f.src = src
+		f.name, f.kind = s.Name, s.Kind
+		f.start, f.end = s.Start, s.End
+		f.attrs = take(s.Attrs)
+		if s.Status == codes.Error { // as the SDK: only an error keeps its description
+			f.status = sdktrace.Status{Code: s.Status, Description: s.StatusDesc}
+		} else {
+			f.status = sdktrace.Status{Code: s.Status}
+		}
+		if len(s.Events) > 0 {
+			j := len(evs)
+			for k := range s.Events {
+				e := &s.Events[k]
+				evs = append(evs, sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: take(e.Attrs)})
+			}
+			f.events = evs[j:len(evs):len(evs)]
+		}
+		if i == 0 {
+			f.sc, f.parent, f.children = rootSC, t.Parent, len(t.Spans)-1
+			continue
+		}
+		f.sc = trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: traceID, SpanID: NewSpanID(), TraceFlags: trace.FlagsSampled, TraceState: ts,
+		})
+		f.parent = rootSC
+	}
+	for i := 1; i < len(out); i++ {
+		sp.OnEnd(&out[i])
+	}
+	sp.OnEnd(&out[0])
+	return rootSC
+}
+
+// finished is a span that ended before it was ever handed out: immutable
+// data behind the ReadOnlySpan interface.
+type finished struct {
+	// The interface's unexported method, which keeps implementations
+	// inside the SDK, is promoted from this nil field. The SDK never calls
+	// it (it exists only to seal the interface); every exported method is
+	// implemented below.
+	sdktrace.ReadOnlySpan
+
+	src        *Source
+	name       string
+	kind       trace.SpanKind
+	sc, parent trace.SpanContext
+	start, end time.Time
+	attrs      []attribute.KeyValue
+	events     []sdktrace.Event
+	status     sdktrace.Status
+	children   int
+}
+
+var _ sdktrace.ReadOnlySpan = (*finished)(nil)
+
+func (f *finished) Name() string                                { return f.name }
+func (f *finished) SpanContext() trace.SpanContext              { return f.sc }
+func (f *finished) Parent() trace.SpanContext                   { return f.parent }
+func (f *finished) SpanKind() trace.SpanKind                    { return f.kind }
+func (f *finished) StartTime() time.Time                        { return f.start }
+func (f *finished) EndTime() time.Time                          { return f.end }
+func (f *finished) Attributes() []attribute.KeyValue            { return f.attrs }
+func (f *finished) Links() []sdktrace.Link                      { return nil }
+func (f *finished) Events() []sdktrace.Event                    { return f.events }
+func (f *finished) Status() sdktrace.Status                     { return f.status }
+func (f *finished) InstrumentationScope() instrumentation.Scope { return f.src.Scope }
+func (f *finished) Resource() *resource.Resource                { return f.src.Resource }
+func (f *finished) DroppedAttributes() int                      { return 0 }
+func (f *finished) DroppedLinks() int                           { return 0 }
+func (f *finished) DroppedEvents() int                          { return 0 }
+func (f *finished) ChildSpanCount() int                         { return f.children }
+
+// InstrumentationLibrary is the deprecated form of InstrumentationScope,
+// still part of the interface.
+//
+//nolint:staticcheck // required by sdktrace.ReadOnlySpan
+func (f *finished) InstrumentationLibrary() instrumentation.Library {
+	return instrumentation.Library(f.src.Scope) //nolint:staticcheck // as above
+}

@@ -1,0 +1,208 @@
+package spans
+
+import (
+	"context"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TestExportMatchesEmit builds trees from random timelines and checks that
+// Export hands the processor exactly what Emit through an SDK Tracer ends:
+// every field of every span, in the same order, except the children's
+// randomly drawn span ids.
+func TestExportMatchesEmit(t *testing.T) {
+	res := resource.NewSchemaless(attribute.String("service.name", "export-test"))
+	scope := instrumentation.Scope{Name: "github.com/llmtrace/llmtrace/otelstats", Version: "v9"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 300 {
+		tl := randomTimeline(rng)
+		tl.TraceID, tl.SpanID = NewTraceID(), NewSpanID()
+		if i%3 == 0 {
+			ts, _ := trace.ParseTraceState("vendor=x")
+			tl.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tl.TraceID, SpanID: NewSpanID(), TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
+		}
+		if i%4 == 1 {
+			tl.Status, tl.StatusDesc = codes.Error, "abort"
+		}
+		if i%4 == 2 {
+			tl.Status, tl.StatusDesc = codes.Ok, "dropped by the SDK"
+		}
+		tl.RootAttrs = []attribute.KeyValue{attribute.String("gen_ai.request.model", "m"), attribute.Int("n", i)}
+		var tr Tree
+		Build(&tl, &tr)
+
+		viaTracer := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(viaTracer), sdktrace.WithIDGenerator(IDGenerator()), sdktrace.WithResource(res))
+		want := tr.Emit(context.Background(), tp.Tracer(scope.Name, trace.WithInstrumentationVersion(scope.Version)))
+
+		direct := tracetest.NewSpanRecorder()
+		got := tr.Export(direct, &Source{Resource: res, Scope: scope})
+		if !got.Equal(want) {
+			t.Fatalf("timeline %d: root context %v, want %v", i, got, want)
+		}
+		a, b := direct.Ended(), viaTracer.Ended()
+		if len(a) != len(b) {
+			t.Fatalf("timeline %d: %d spans, want %d", i, len(a), len(b))
+		}
+		ids := map[trace.SpanID]bool{}
+		for j := range a {
+			compareSpan(t, i, a[j], b[j])
+			if ids[a[j].SpanContext().SpanID()] {
+				t.Fatalf("timeline %d: span id repeated", i)
+			}
+			ids[a[j].SpanContext().SpanID()] = true
+		}
+		if len(direct.Started()) != 0 {
+			t.Fatalf("Export called OnStart")
+		}
+	}
+}
+
+func compareSpan(t *testing.T, i int, got, want sdktrace.ReadOnlySpan) {
+	t.Helper()
+	isRoot := !want.Parent().IsValid() || want.Parent().IsRemote()
+	gsc, wsc := got.SpanContext(), want.SpanContext()
+	if isRoot {
+		if !gsc.Equal(wsc) {
+			t.Errorf("timeline %d %s: span context %v, want %v", i, want.Name(), gsc, wsc)
+		}
+	} else if gsc.TraceID() != wsc.TraceID() || gsc.TraceFlags() != wsc.TraceFlags() || gsc.TraceState().String() != wsc.TraceState().String() || !gsc.SpanID().IsValid() {
+		t.Errorf("timeline %d %s: span context %v, want like %v", i, want.Name(), gsc, wsc)
+	}
+	checks := []struct {
+		what      string
+		got, want any
+	}{
+		{"name", got.Name(), want.Name()},
+		{"parent", got.Parent(), want.Parent()},
+		{"kind", got.SpanKind(), want.SpanKind()},
+		{"start", got.StartTime().UnixNano(), want.StartTime().UnixNano()},
+		{"end", got.EndTime().UnixNano(), want.EndTime().UnixNano()},
+		{"attributes", attribute.NewSet(got.Attributes()...), attribute.NewSet(want.Attributes()...)},
+		{"events", normEvents(got.Events()), normEvents(want.Events())},
+		{"links", len(got.Links()), len(want.Links())},
+		{"status", got.Status(), want.Status()},
+		{"scope", got.InstrumentationScope(), want.InstrumentationScope()},
+		{"library", got.InstrumentationLibrary(), want.InstrumentationLibrary()}, //nolint:staticcheck // part of the interface
+		{"resource", got.Resource().Equivalent(), want.Resource().Equivalent()},
+		{"dropped", [3]int{got.DroppedAttributes(), got.DroppedEvents(), got.DroppedLinks()}, [3]int{want.DroppedAttributes(), want.DroppedEvents(), want.DroppedLinks()}},
+		{"children", got.ChildSpanCount(), want.ChildSpanCount()},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("timeline %d %s: %s %v, want %v", i, want.Name(), c.what, c.got, c.want)
+		}
+	}
+}
+
+type normEvent struct {
+	name  string
+	time  int64
+	attrs attribute.Distinct
+}
+
+func normEvents(evs []sdktrace.Event) []normEvent {
+	var out []normEvent
+	for _, e := range evs {
+		out = append(out, normEvent{e.Name, e.Time.UnixNano(), attrSet(e.Attributes).Equivalent()})
+	}
+	return out
+}
+
+func attrSet(kv []attribute.KeyValue) *attribute.Set {
+	s := attribute.NewSet(kv...)
+	return &s
+}
+
+func TestExportEmpty(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	var tr Tree
+	if sc := tr.Export(rec, &Source{Resource: resource.Empty()}); sc.IsValid() || len(rec.Ended()) != 0 {
+		t.Errorf("empty tree exported %v", sc)
+	}
+	tl := Timeline{Name: "chat m", Start: ms(0), End: ms(1)}
+	Build(&tl, &tr)
+	if sc := tr.Export(nil, &Source{}); sc.IsValid() {
+		t.Errorf("nil processor: %v", sc)
+	}
+	// No preset ids: fresh, valid ones.
+	if sc := tr.Export(rec, &Source{Resource: resource.Empty()}); !sc.TraceID().IsValid() || !sc.SpanID().IsValid() || !sc.IsSampled() {
+		t.Errorf("root context %v", sc)
+	}
+}
+
+func BenchmarkExport(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	tl := randomTimeline(rng)
+	tl.TraceID, tl.SpanID = NewTraceID(), NewSpanID()
+	var tr Tree
+	Build(&tl, &tr)
+	src := &Source{Resource: resource.Empty()}
+	var sink discard
+	b.ReportAllocs()
+	for b.Loop() {
+		tr.Export(&sink, src)
+	}
+	b.ReportMetric(float64(len(tr.Spans)), "spans/tree")
+}
+
+func BenchmarkEmit(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	tl := randomTimeline(rng)
+	tl.TraceID, tl.SpanID = NewTraceID(), NewSpanID()
+	var tr Tree
+	Build(&tl, &tr)
+	var sink discard
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&sink), sdktrace.WithIDGenerator(IDGenerator()))
+	tracer := tp.Tracer("b")
+	b.ReportAllocs()
+	for b.Loop() {
+		tr.Emit(context.Background(), tracer)
+	}
+	b.ReportMetric(float64(len(tr.Spans)), "spans/tree")
+}
+
+type discard struct{}
+
+func (*discard) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (*discard) OnEnd(sdktrace.ReadOnlySpan)                     {}
+func (*discard) Shutdown(context.Context) error                  { return nil }
+func (*discard) ForceFlush(context.Context) error                { return nil }
+
+// randomTimeline is a timeline with up to three runs (chunk events,
+// preemptions) and a detokenization span, its instants in order.
+func randomTimeline(rng *rand.Rand) Timeline {
+	at := 0.0
+	next := func() time.Time { at += float64(1 + rng.IntN(50)); return ms(at) }
+	tl := Timeline{Name: "chat m", Start: next(), InputProcessed: next(), FirstQueued: next(), InputTokens: rng.IntN(600)}
+	for r := range 1 + rng.IntN(3) {
+		run := Run{Start: next(), Chunks: 1 + rng.IntN(3), ComputedTokens: 100 * (r + 1), CachedTokens: rng.IntN(50)}
+		for range run.Chunks - 1 {
+			run.ChunkEvents = append(run.ChunkEvents, ChunkEvent{Time: next(), ComputedTokens: rng.IntN(600)})
+		}
+		run.FirstToken = next()
+		run.OutputTokens = 1 + rng.IntN(100)
+		for k := range rng.IntN(3) {
+			run.Steps = append(run.Steps, StepEvent{Time: next(), Index: int64(k), BatchSize: 1 + k})
+		}
+		run.Preempted = next()
+		tl.Runs = append(tl.Runs, run)
+	}
+	tl.Runs[len(tl.Runs)-1].Preempted = time.Time{}
+	if rng.IntN(2) == 0 {
+		tl.Detokenize = &Detokenize{First: next(), Last: next()}
+	}
+	tl.EngineEnd = next()
+	tl.End = next()
+	return tl
+}
