@@ -165,14 +165,12 @@ func collect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			return fail("%v", err)
 		}
 	}
-	opts := []otelstats.Option{
-		otelstats.WithTracerProvider(prov.TracerProvider),
-		otelstats.WithMeterProvider(prov.MeterProvider),
+	opts := append(prov.TrackerOptions(),
 		otelstats.WithFrontendGrace(*grace),
 		otelstats.WithHoldWindow(*hold),
-		otelstats.WithAutoSweep(100 * time.Millisecond),
+		otelstats.WithAutoSweep(100*time.Millisecond),
 		otelstats.WithOnReject(func(e *otelstats.RejectError) { logger.Debug("update rejected", "err", e) }),
-	}
+	)
 	if *statsLog > 0 {
 		opts = append(opts, otelstats.WithStatsLog(logger, *statsLog))
 	}

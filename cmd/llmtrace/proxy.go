@@ -107,12 +107,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		closeListeners()
 		return fail("telemetry setup: %v", err)
 	}
-	opts := []otelstats.Option{
-		otelstats.WithTracerProvider(prov.TracerProvider),
-		otelstats.WithMeterProvider(prov.MeterProvider),
+	opts := append(prov.TrackerOptions(),
 		otelstats.WithTrustParentSampling(*trust),
 		otelstats.WithAutoSweep(time.Second),
-	}
+	)
 	if *statsLog > 0 {
 		opts = append(opts, otelstats.WithStatsLog(logger, *statsLog))
 	}

@@ -67,10 +67,7 @@ func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var sum summary.Collector
 	rejected := 0
 	var buf []byte
-	tr, err := otelstats.NewTracker(
-		otelstats.WithTracerProvider(prov.TracerProvider),
-		otelstats.WithMeterProvider(prov.MeterProvider),
-		otelstats.WithAggregator(agg),
+	tr, err := otelstats.NewTracker(append(prov.TrackerOptions(),
 		otelstats.WithTokenLatencies(true),
 		otelstats.WithFrontendGrace(*grace),
 		otelstats.WithHoldWindow(*hold),
@@ -88,7 +85,7 @@ func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			rejected++
 			fmt.Fprintf(stderr, "%v\n", e)
 		}),
-	)
+	)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "llmtrace replay: %v\n", err)
 		return 1

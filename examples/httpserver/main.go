@@ -61,16 +61,14 @@ func run(listen, model string, slots int, tokenDelay, statsInterval time.Duratio
 		_ = prov.Shutdown(sctx)
 	}()
 
-	opts := []otelstats.Option{
-		otelstats.WithTracerProvider(prov.TracerProvider),
-		otelstats.WithMeterProvider(prov.MeterProvider),
+	opts := append(prov.TrackerOptions(),
 		otelstats.WithModels(model),
 		// Real time: let waits and TTLs expire even when no update comes.
 		otelstats.WithAutoSweep(time.Second),
 		// A caller's sampled flag decides only when both the tracker and
 		// the middleware trust it (otelhttpmw's package doc).
 		otelstats.WithTrustParentSampling(trust),
-	}
+	)
 	if statsInterval > 0 {
 		opts = append(opts, otelstats.WithStatsLog(slog.New(slog.NewTextHandler(os.Stderr, nil)), statsInterval))
 	}

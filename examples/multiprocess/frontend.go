@@ -159,9 +159,7 @@ func (f *frontend) hostCollector() (func(otelstats.Update), func() error, error)
 	var mu sync.Mutex
 	var sum summary.Collector
 	var buf []byte
-	tr, err := otelstats.NewTracker(
-		otelstats.WithTracerProvider(prov.TracerProvider),
-		otelstats.WithMeterProvider(prov.MeterProvider),
+	tr, err := otelstats.NewTracker(append(prov.TrackerOptions(),
 		otelstats.WithAutoSweep(100*time.Millisecond),
 		otelstats.WithTokenLatencies(true),
 		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
@@ -172,7 +170,7 @@ func (f *frontend) hostCollector() (func(otelstats.Update), func() error, error)
 			_, _ = bw.Write(append(buf, '\n'))
 		}),
 		otelstats.WithOnReject(func(e *otelstats.RejectError) { f.log.Warn("rejected", "err", e) }),
-	)
+	)...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -70,7 +70,56 @@ type Providers struct {
 	// Batch is the processor exporting spans over OTLP (nil when trace
 	// export is off), for its Counts.
 	Batch *otelstats.BatchProcessor
+	// Aggregator is the tracker's histogram fast path, registered on every
+	// reader Setup built: Config.Aggregator, or one Setup made because the
+	// caller brought no readers of its own (which could not serve it).
+	Aggregator *otelstats.Aggregator
+
+	resource *resource.Resource
+	procs    fanout // every span processor of TracerProvider
+	direct   bool   // the SDK's sampler is the default: trees may bypass it
 }
+
+// TrackerOptions are the options that connect a Tracker to these providers
+// on their fast paths: the Aggregator for the latency histograms, and span
+// trees handed straight to the TracerProvider's span processors
+// (otelstats.WithSpanProcessor) unless OTEL_TRACES_SAMPLER asks for a
+// sampler other than the default, which only the Tracer path consults.
+func (p *Providers) TrackerOptions() []otelstats.Option {
+	opts := []otelstats.Option{otelstats.WithTracerProvider(p.TracerProvider), otelstats.WithMeterProvider(p.MeterProvider)}
+	if p.Aggregator != nil {
+		opts = append(opts, otelstats.WithAggregator(p.Aggregator))
+	}
+	if p.direct {
+		opts = append(opts, otelstats.WithSpanProcessor(p.procs), otelstats.WithResource(p.resource))
+	}
+	return opts
+}
+
+// fanout hands ended spans to every processor of the TracerProvider, for
+// trees that bypass it. The providers' Shutdown shuts the processors down.
+type fanout []sdktrace.SpanProcessor
+
+var _ sdktrace.SpanProcessor = fanout(nil)
+
+func (f fanout) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+func (f fanout) OnEnd(s sdktrace.ReadOnlySpan) {
+	for _, p := range f {
+		p.OnEnd(s)
+	}
+}
+
+func (f fanout) ForceFlush(ctx context.Context) error {
+	var errs []error
+	for _, p := range f {
+		errs = append(errs, p.ForceFlush(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Shutdown does nothing: the processors belong to the TracerProvider.
+func (f fanout) Shutdown(context.Context) error { return nil }
 
 // Shutdown flushes and shuts both providers down within ctx.
 func (p *Providers) Shutdown(ctx context.Context) error {
@@ -95,7 +144,11 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Providers{}
+	p := &Providers{resource: res, Aggregator: c.Aggregator}
+	if p.Aggregator == nil && len(c.Readers) == 0 {
+		p.Aggregator = otelstats.NewAggregator()
+	}
+	c.Aggregator = p.Aggregator
 
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res)}
 	if on(env, "METRICS") {
@@ -145,10 +198,16 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 		}
 		p.Batch = otelstats.NewBatchProcessor(exp, otelstats.WithBatchMeterProvider(p.MeterProvider))
 		topts = append(topts, sdktrace.WithSpanProcessor(p.Batch))
+		p.procs = append(p.procs, p.Batch)
 		p.TracesExported = true
 	}
 	for _, sp := range c.SpanProcessors {
 		topts = append(topts, sdktrace.WithSpanProcessor(sp))
+		p.procs = append(p.procs, sp)
+	}
+	switch strings.ToLower(strings.TrimSpace(env("OTEL_TRACES_SAMPLER"))) {
+	case "", "always_on", "parentbased_always_on":
+		p.direct = true
 	}
 	p.TracerProvider = sdktrace.NewTracerProvider(topts...)
 

@@ -203,10 +203,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	pick := newPicker(capture, o.Seed)
 	t0 := w.Requests[0].Arrival
 	logger := slog.New(&statsHandler{w: o.Stdout, t0: t0, stats: func() otelstats.Stats { return tr.LastStats() }, lines: &rep.StatsLines})
-	tr, err = otelstats.NewTracker(
-		otelstats.WithTracerProvider(prov.TracerProvider),
-		otelstats.WithMeterProvider(prov.MeterProvider),
-		otelstats.WithAggregator(agg),
+	tr, err = otelstats.NewTracker(append(prov.TrackerOptions(),
 		otelstats.WithSampling(policy),
 		otelstats.WithModels(cfg.Model),
 		otelstats.WithStatsLog(logger, o.StatsInterval),
@@ -230,7 +227,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 				o.OnFinish(s)
 			}
 		}),
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}
