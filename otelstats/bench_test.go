@@ -81,8 +81,39 @@ type benchPipeline struct {
 	mp     *sdkmetric.MeterProvider
 	reader *sdkmetric.ManualReader
 	exp    *benchDiscardExporter
-	agg    *otelstats.Aggregator // the tracker's fast metrics path, or nil
-	detail otelstats.Detail      // the tracker's detail level; 0 = default
+	bsp    sdktrace.SpanProcessor // the TracerProvider's BatchSpanProcessor
+	agg    *otelstats.Aggregator  // the tracker's fast metrics path, or nil
+	detail otelstats.Detail       // the tracker's detail level; 0 = default
+	// direct hands the tracker's span trees straight to bsp
+	// (otelstats.WithSpanProcessor) instead of through the Tracer.
+	direct bool
+	// keepNone is the tracker's own "sample nothing" policy, which the
+	// direct path needs where the Tracer path has the SDK's NeverSample.
+	keepNone bool
+}
+
+// benchConfig is a way to set the tracker up, from the fastest (what
+// otelsetup.TrackerOptions and the README's setup give) to the plainest.
+type benchConfig int
+
+const (
+	benchFast          benchConfig = iota // Aggregator + WithSpanProcessor
+	benchTracerPath                       // Aggregator, spans through the SDK Tracer
+	benchNoAggregator                     // WithTracerProvider and WithMeterProvider only
+)
+
+// newBenchPipelineFor builds the pipeline of cfg; a NeverSample sampler
+// also makes the tracker keep nothing on the direct path.
+func newBenchPipelineFor(tb testing.TB, sampler sdktrace.Sampler, cfg benchConfig) *benchPipeline {
+	var p *benchPipeline
+	if cfg == benchNoAggregator {
+		p = newBenchPipeline(tb, sampler, true)
+	} else {
+		p = newBenchPipelineAggregated(tb, sampler)
+	}
+	p.direct = cfg == benchFast
+	p.keepNone = p.direct && sampler != nil
+	return p
 }
 
 // newBenchPipeline builds a pipeline. A nil sampler is the SDK default
@@ -112,7 +143,8 @@ func buildBenchPipeline(sampler sdktrace.Sampler, ours bool) *benchPipeline {
 
 func buildBenchPipelineReader(sampler sdktrace.Sampler, ours bool, reader *sdkmetric.ManualReader) *benchPipeline {
 	p := &benchPipeline{reader: reader, exp: &benchDiscardExporter{}}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithBatcher(p.exp)}
+	p.bsp = sdktrace.NewBatchSpanProcessor(p.exp)
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(p.bsp)}
 	if sampler != nil {
 		opts = append(opts, sdktrace.WithSampler(sampler))
 	}
@@ -157,6 +189,12 @@ func newBenchTracker(tb testing.TB, p *benchPipeline) *otelstats.Tracker {
 	if p.detail != otelstats.DetailInherit {
 		opts = append(opts, otelstats.WithDetail(p.detail))
 	}
+	if p.direct {
+		opts = append(opts, otelstats.WithSpanProcessor(p.bsp))
+	}
+	if p.keepNone {
+		opts = append(opts, otelstats.WithSampling(&otelstats.SamplingPolicy{}))
+	}
 	tr, err := otelstats.NewTracker(opts...)
 	if err != nil {
 		tb.Fatal(err)
@@ -186,12 +224,13 @@ func (c benchCPU) report(b *testing.B) {
 // engine step.
 type benchClock struct {
 	real bool
+	ns   int64 // simulated: Unix nanoseconds of the current step
 	t    time.Time
 	tick time.Duration
 }
 
 func newBenchClock(start time.Time, tick time.Duration) *benchClock {
-	return &benchClock{t: start, tick: tick}
+	return &benchClock{ns: start.UnixNano(), t: start.Round(0), tick: tick}
 }
 
 func realBenchClock() *benchClock { return &benchClock{real: true} }
@@ -201,7 +240,10 @@ func (c *benchClock) step() time.Time {
 	if c.real {
 		return time.Now()
 	}
-	c.t = c.t.Add(c.tick)
+	// An engine's step time: an integer clock turned into a time.Time,
+	// cheaper than time.Time.Add's monotonic bookkeeping.
+	c.ns += int64(c.tick)
+	c.t = time.Unix(0, c.ns)
 	return c.t
 }
 
@@ -263,26 +305,41 @@ func (e *benchEngine) arrive(tb testing.TB, ids ...string) {
 }
 
 // queued and preempted name all the engine's requests, by handle or id.
-func (e *benchEngine) queued() otelstats.Step {
+func (e *benchEngine) queued() *otelstats.Step {
+	st := e.reset()
 	if e.byID {
-		return otelstats.Step{Queued: e.ids}
+		st.Queued = e.ids
+	} else {
+		st.QueuedReqs = e.reqs
 	}
-	return otelstats.Step{QueuedReqs: e.reqs}
+	return st
 }
 
-func (e *benchEngine) preempted() otelstats.Step {
+func (e *benchEngine) preempted() *otelstats.Step {
+	st := e.reset()
 	if e.byID {
-		return otelstats.Step{Preempted: e.ids}
+		st.Preempted = e.ids
+	} else {
+		st.PreemptedReqs = e.reqs
 	}
-	return otelstats.Step{PreemptedReqs: e.reqs}
+	return st
 }
 
-func (e *benchEngine) record(tb testing.TB, s otelstats.Step) {
+// record records a step with s's entries in the engine's one reused Step
+// value.
+func (e *benchEngine) record(tb testing.TB, s *otelstats.Step) {
 	s.Time = e.clk.step()
-	e.step = s
-	if err := e.tr.Step(&e.step); err != nil {
+	if err := e.tr.Step(s); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// reset empties the reused Step value for the next step and returns it.
+func (e *benchEngine) reset() *otelstats.Step {
+	st := &e.step
+	st.Queued, st.QueuedReqs, st.Preempted, st.PreemptedReqs = st.Queued[:0], st.QueuedReqs[:0], st.Preempted[:0], st.PreemptedReqs[:0]
+	st.Scheduled, st.Decoded, st.Finished = st.Scheduled[:0], st.Decoded[:0], st.Finished[:0]
+	return st
 }
 
 // prefill queues the requests and schedules one prefill chunk per value of
@@ -298,12 +355,16 @@ func (e *benchEngine) schedule(tb testing.TB, computed int) {
 	for i := range e.sched {
 		e.sched[i].ComputedTokens = computed
 	}
-	e.record(tb, otelstats.Step{Scheduled: e.sched})
+	st := e.reset()
+	st.Scheduled = e.sched
+	e.record(tb, st)
 }
 
 // decode is one engine step in which the first n requests produce a token.
 func (e *benchEngine) decode(tb testing.TB, n int) {
-	e.record(tb, otelstats.Step{Decoded: e.dec[:n]})
+	st := e.reset()
+	st.Decoded = e.dec[:n]
+	e.record(tb, st)
 }
 
 // deliver is the frontend delivering one token of every request.
@@ -324,7 +385,9 @@ func (e *benchEngine) preempt(tb testing.TB) { e.record(tb, e.preempted()) }
 
 // finish finishes every request on both sides.
 func (e *benchEngine) finish(tb testing.TB) {
-	e.record(tb, otelstats.Step{Finished: e.fin})
+	st := e.reset()
+	st.Finished = e.fin
+	e.record(tb, st)
 	for _, q := range e.reqs {
 		if err := q.Finish(e.clk.now(), otelstats.FinishStop); err != nil {
 			tb.Fatal(err)
@@ -553,17 +616,18 @@ func benchNaiveRequest(b *testing.B, sampler sdktrace.Sampler) {
 	p.spansPerOp(b)
 }
 
-func benchRequest(b *testing.B, sampler sdktrace.Sampler, aggregated bool) {
-	p := newBenchPipeline(b, sampler, true)
-	if aggregated {
-		p = newBenchPipelineAggregated(b, sampler)
-	}
-	benchRequestOn(b, p)
+func benchRequest(b *testing.B, sampler sdktrace.Sampler, cfg benchConfig) {
+	benchRequestOn(b, newBenchPipelineFor(b, sampler, cfg))
 }
 
-// benchRequestOn runs whole requests through a tracker on p.
+// benchRequestOn runs whole requests through a tracker on p, every update
+// stamped with time.Now().
 func benchRequestOn(b *testing.B, p *benchPipeline) {
-	e := newBenchEngine(b, newBenchTracker(b, p), realBenchClock())
+	benchRequestClock(b, p, realBenchClock())
+}
+
+func benchRequestClock(b *testing.B, p *benchPipeline, clk *benchClock) {
+	e := newBenchEngine(b, newBenchTracker(b, p), clk)
 	b.ReportAllocs()
 	i := 0
 	cpu := startBenchCPU()
@@ -578,13 +642,13 @@ func benchRequestOn(b *testing.B, p *benchPipeline) {
 	p.spansPerOp(b)
 }
 
-// BenchmarkRequestDetail: the whole request of BenchmarkRequestAggregated at
-// each detail level (0 = root span only … 3 = per-token offsets), for the
+// BenchmarkRequestDetail: the whole request of BenchmarkRequest at each
+// detail level (0 = root span only … 3 = per-token offsets), for the
 // README's cost table.
 func BenchmarkRequestDetail(b *testing.B) {
 	for lvl := otelstats.DetailRoot; lvl <= otelstats.DetailTokens; lvl++ {
 		b.Run(fmt.Sprintf("level=%d", int(lvl)-1), func(b *testing.B) {
-			p := newBenchPipelineAggregated(b, nil)
+			p := newBenchPipelineFor(b, nil, benchFast)
 			p.detail = lvl
 			benchRequestOn(b, p)
 		})
@@ -599,28 +663,59 @@ func BenchmarkNaiveRequest(b *testing.B) { benchNaiveRequest(b, nil) }
 
 // BenchmarkRequest: one op is the same request through the tracker — the
 // frontend's handle (arrival, input processing, a delivery per token,
-// finish) and the engine's Steps (queue, 2 chunks, a decode per token,
-// preemption, recompute, finish) — times from the real clock, one request
-// per step, spans through a BatchSpanProcessor, metrics into a ManualReader.
-func BenchmarkRequest(b *testing.B) { benchRequest(b, nil, false) }
+// finish) and the engine's Steps naming it by handle (queue, 2 chunks, a
+// decode per token, preemption, recompute, finish) — times from the real
+// clock, one request per step. Set up as otelsetup.TrackerOptions does:
+// span trees handed to the TracerProvider's BatchSpanProcessor
+// (WithSpanProcessor), latency histograms through an Aggregator registered
+// with the ManualReader.
+func BenchmarkRequest(b *testing.B) { benchRequest(b, nil, benchFast) }
+
+// BenchmarkRequestGivenTimes is BenchmarkRequest with the times given rather
+// than read: each engine step has its time (a simulated 20 ms step clock, as
+// in BenchmarkStepToken) and the frontend delivers at its step's time. It is
+// the tracker's own cost, without the 2 clock reads per token its callers
+// make in BenchmarkRequest (about 70 ns each on these VMs, see
+// BenchmarkTimeNow) — reads an engine makes for its own scheduling and
+// metrics whether or not it records anything.
+func BenchmarkRequestGivenTimes(b *testing.B) {
+	benchRequestClock(b, newBenchPipelineFor(b, nil, benchFast), newBenchClock(time.Now(), benchEngineTick))
+}
+
+// BenchmarkRequestUnsampledGivenTimes is BenchmarkRequestGivenTimes keeping
+// no trace.
+func BenchmarkRequestUnsampledGivenTimes(b *testing.B) {
+	benchRequestClock(b, newBenchPipelineFor(b, sdktrace.NeverSample(), benchFast), newBenchClock(time.Now(), benchEngineTick))
+}
 
 // BenchmarkNaiveRequestUnsampled is BenchmarkNaiveRequest with NeverSample.
 func BenchmarkNaiveRequestUnsampled(b *testing.B) { benchNaiveRequest(b, sdktrace.NeverSample()) }
 
-// BenchmarkRequestUnsampled is BenchmarkRequest with NeverSample: metrics
-// only.
-func BenchmarkRequestUnsampled(b *testing.B) { benchRequest(b, sdktrace.NeverSample(), false) }
+// BenchmarkRequestUnsampled is BenchmarkRequest keeping no trace: metrics
+// only. The SDK's NeverSample is on the TracerProvider, and the tracker's
+// policy keeps nothing (the direct path does not consult the SDK sampler).
+func BenchmarkRequestUnsampled(b *testing.B) { benchRequest(b, sdktrace.NeverSample(), benchFast) }
 
-// BenchmarkRequestAggregated is BenchmarkRequest with the tracker's opt-in
-// fast metrics path: latency histograms aggregated in an otelstats.Aggregator
-// (one merge per request) served to the reader as a Producer, instead of a
-// Record per inter-token gap.
-func BenchmarkRequestAggregated(b *testing.B) { benchRequest(b, nil, true) }
+// BenchmarkRequestTracerPath is BenchmarkRequest with the span trees started
+// and ended through the TracerProvider's Tracer (no WithSpanProcessor).
+func BenchmarkRequestTracerPath(b *testing.B) { benchRequest(b, nil, benchTracerPath) }
 
-// BenchmarkRequestUnsampledAggregated is BenchmarkRequestUnsampled with the
-// Aggregator.
-func BenchmarkRequestUnsampledAggregated(b *testing.B) {
-	benchRequest(b, sdktrace.NeverSample(), true)
+// BenchmarkRequestUnsampledTracerPath is BenchmarkRequestTracerPath with
+// NeverSample.
+func BenchmarkRequestUnsampledTracerPath(b *testing.B) {
+	benchRequest(b, sdktrace.NeverSample(), benchTracerPath)
+}
+
+// BenchmarkRequestNoAggregator is the plainest setup: only
+// WithTracerProvider and WithMeterProvider, so spans go through the Tracer
+// and the inter-token latencies are replayed into the SDK histogram, one
+// Record per gap.
+func BenchmarkRequestNoAggregator(b *testing.B) { benchRequest(b, nil, benchNoAggregator) }
+
+// BenchmarkRequestUnsampledNoAggregator is BenchmarkRequestNoAggregator with
+// NeverSample.
+func BenchmarkRequestUnsampledNoAggregator(b *testing.B) {
+	benchRequest(b, sdktrace.NeverSample(), benchNoAggregator)
 }
 
 // Memory ------------------------------------------------------------------

@@ -188,7 +188,10 @@ func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStat
 	model := t.models.label(r.model)
 	as := t.inst.attrs(r.operation, model, s.FinishReason, s.ErrorType)
 	in := t.inst
-	in.requests.Add(ctx, 1, as.finished)
+	// Counters carry no exemplars (the latency histograms link to the
+	// trace), so they skip the exemplar filter's look at the context.
+	bg := context.Background()
+	in.requests.Add(bg, 1, as.finishedAdd...)
 	h := &r.itl
 	if t.cfg.agg != nil {
 		t.cfg.agg.record(ctx, s, h, as.baseSet, as.durationSet)
@@ -196,20 +199,20 @@ func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStat
 		t.recordHistograms(ctx, s, h, as)
 	}
 	if r.preemptions > 0 {
-		in.preemptions.Add(ctx, int64(r.preemptions), as.base)
+		in.preemptions.Add(bg, int64(r.preemptions), as.baseAdd...)
 	}
 	if s.NumPromptTokens.Valid {
-		in.promptTok.Add(ctx, int64(s.NumPromptTokens.N), as.base)
+		in.promptTok.Add(bg, int64(s.NumPromptTokens.N), as.baseAdd...)
 	}
 	if s.NumOutputTokens > 0 {
-		in.genTok.Add(ctx, int64(s.NumOutputTokens), as.base)
+		in.genTok.Add(bg, int64(s.NumOutputTokens), as.baseAdd...)
 	}
 	var queries, hits int64
 	if s.NumCachedTokens.Valid && s.NumPromptTokens.Valid {
 		queries, hits = int64(s.NumPromptTokens.N), int64(s.NumCachedTokens.N)
 		if !t.schedCache.Load() {
-			in.pcQueries.Add(ctx, queries, as.base)
-			in.pcHits.Add(ctx, hits, as.base)
+			in.pcQueries.Add(bg, queries, as.baseAdd...)
+			in.pcHits.Add(bg, hits, as.baseAdd...)
 		}
 	}
 	t.stats.addRequest(queries, hits)
@@ -218,10 +221,10 @@ func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStat
 // recordHistograms records the latency histograms through the MeterProvider.
 func (t *Tracker) recordHistograms(ctx context.Context, s *RequestStats, h *itlHist, as *attrSets) {
 	in := t.inst
-	in.e2e.Record(ctx, s.E2ELatency.Value.Seconds(), as.duration)
+	in.e2e.Record(ctx, s.E2ELatency.Value.Seconds(), as.durationRec...)
 	rec := func(h metric.Float64Histogram, l Latency) {
 		if l.Valid {
-			h.Record(ctx, l.Value.Seconds(), as.base)
+			h.Record(ctx, l.Value.Seconds(), as.baseRec...)
 		}
 	}
 	rec(in.ttft, s.FirstTokenLatency)
@@ -237,7 +240,7 @@ func (t *Tracker) recordHistograms(ctx context.Context, s *RequestStats, h *itlH
 		if c := h.n[i]; c > 0 {
 			mean := float64(h.sum[i]) / float64(c) / 1e9
 			for range c {
-				in.itl.Record(bg, mean, as.base)
+				in.itl.Record(bg, mean, as.baseRec...)
 			}
 		}
 	}

@@ -31,9 +31,13 @@ type attrKey struct{ op, model, reason, errType string }
 type attrSets struct {
 	baseSet, durationSet attribute.Set
 
-	base     metric.MeasurementOption // operation, model
-	duration metric.MeasurementOption // + error.type on failures
-	finished metric.MeasurementOption // + finish reason
+	// Option slices built once: passing an existing slice to a variadic
+	// Add or Record does not allocate; passing single options does, once
+	// per call, as the slice escapes through the instrument interface.
+	baseAdd     []metric.AddOption    // operation, model
+	baseRec     []metric.RecordOption // operation, model
+	durationRec []metric.RecordOption // + error.type on failures
+	finishedAdd []metric.AddOption    // + finish reason
 }
 
 func newInstruments(mp metric.MeterProvider, ownHistograms bool) (*instruments, error) {
@@ -101,12 +105,14 @@ func (in *instruments) attrs(op, model, reason, errType string) *attrSets {
 		}
 		fin := append(append([]attribute.KeyValue(nil), base...), attributes.FinishReason.String(reason))
 		bs, ds := attribute.NewSet(base...), attribute.NewSet(dur...)
+		b, fo := metric.WithAttributeSet(bs), metric.WithAttributeSet(attribute.NewSet(fin...))
 		s = &attrSets{
 			baseSet:     bs,
 			durationSet: ds,
-			base:        metric.WithAttributeSet(bs),
-			duration:    metric.WithAttributeSet(ds),
-			finished:    metric.WithAttributeSet(attribute.NewSet(fin...)),
+			baseAdd:     []metric.AddOption{b},
+			baseRec:     []metric.RecordOption{b},
+			durationRec: []metric.RecordOption{metric.WithAttributeSet(ds)},
+			finishedAdd: []metric.AddOption{fo},
 		}
 		// The key space is bounded: models collapse to "other" past the
 		// configured set, and reasons and error types are length-capped,

@@ -77,50 +77,15 @@ const maxStepErrors = 8
 func (t *Tracker) Step(s *Step) error {
 	ns := t.ns(s.Time)
 	var errs []error
-	u := Update{Side: SideEngine, Time: s.Time, Scope: s.Scope, Model: s.Model}
-	do := func(q *Request) {
-		var err error
-		switch {
-		case q == nil:
-			err = t.record(&u, ns)
-		case q.r == nil || q.t != t:
-			err = q.Record(u) // the handle's own rejection
-		default:
-			uu := u // recordReq names the request in its copy
-			err = t.recordReq(q.r, &uu)
-		}
-		if err != nil && len(errs) < maxStepErrors {
-			errs = append(errs, err)
-		}
+	if len(s.Queued)+len(s.QueuedReqs)+len(s.Preempted)+len(s.PreemptedReqs)+len(s.Scheduled) > 0 {
+		errs = t.stepEntries(s, ns, false, errs)
 	}
-	u.Kind = KindQueued
-	for _, id := range s.Queued {
-		u.RequestID = id
-		do(nil)
-	}
-	for _, q := range s.QueuedReqs {
-		do(q)
-	}
-	u.Kind = KindPreempted
-	for _, id := range s.Preempted {
-		u.RequestID = id
-		do(nil)
-	}
-	for _, q := range s.PreemptedReqs {
-		do(q)
-	}
-	u.Kind = KindPrefilling
-	for i := range s.Scheduled {
-		e := &s.Scheduled[i]
-		u.RequestID, u.NumComputedTokens, u.NumCachedTokens = e.RequestID, e.ComputedTokens, e.CachedTokens
-		do(e.Req)
-	}
-	u.NumComputedTokens, u.NumCachedTokens = 0, 0
-	u.Kind = KindDecoding
-	u.step, u.batch = t.steps.Add(1), int32(len(s.Decoded))
+	step, batch := t.steps.Add(1), int32(len(s.Decoded))
 	// Decode tokens by handle take a fast path: the step's time and the
 	// tracker's state are checked once, each entry only for its own count
-	// and transition; generated tokens are counted once per step.
+	// and transition; generated tokens are counted once per step. Anything
+	// else goes through the general path, which gives the precise
+	// rejection.
 	fast := validNs(ns) && !t.closed.Load()
 	var gen int64
 	for i := range s.Decoded {
@@ -131,24 +96,19 @@ func (t *Tracker) Step(s *Step) error {
 			if !r.done.Load() && (r.en.last == KindDecoding || r.en.last == KindPrefilling) && ns >= r.en.time {
 				r.en.last, r.en.time = KindDecoding, ns
 				r.lastSeen = max(r.lastSeen, ns)
-				gen += t.decoded(r, e.NewTokens, ns, u.step, u.batch)
+				gen += t.decoded(r, e.NewTokens, ns, step, batch)
 				r.mu.Unlock()
 				continue
 			}
 			r.mu.Unlock()
 		}
-		u.RequestID, u.NumNewTokens = e.RequestID, e.NewTokens
-		do(e.Req)
+		errs = t.stepDecoded(s, e, ns, step, batch, errs)
 	}
 	if gen != 0 {
 		t.stepGen.Add(gen)
 	}
-	u.NumNewTokens = 0
-	u.Kind = KindFinished
-	for i := range s.Finished {
-		e := &s.Finished[i]
-		u.RequestID, u.FinishReason, u.ErrorType = e.RequestID, e.Reason, e.ErrorType
-		do(e.Req)
+	if len(s.Finished) > 0 {
+		errs = t.stepEntries(s, ns, true, errs)
 	}
 	if s.Stats != nil {
 		t.recordSched(ns, s.Stats)
@@ -160,4 +120,73 @@ func (t *Tracker) Step(s *Step) error {
 		return nil
 	}
 	return errors.Join(errs...)
+}
+
+// stepUpdate is the general path for one step entry: by id (q nil) or by
+// handle. It appends a rejection to errs, up to maxStepErrors.
+func (t *Tracker) stepUpdate(u *Update, q *Request, ns int64, errs []error) []error {
+	var err error
+	switch {
+	case q == nil:
+		err = t.record(u, ns)
+	case q.r == nil || q.t != t:
+		err = q.Record(*u) // the handle's own rejection
+	default:
+		err = t.recordReq(q.r, u)
+	}
+	if err != nil && len(errs) < maxStepErrors {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// stepEntries records the step's entries before its decodes (Queued,
+// Preempted, Scheduled) or, with finished, its Finished entries. Kept out of
+// Step so a step of decodes alone never builds an Update.
+func (t *Tracker) stepEntries(s *Step, ns int64, finished bool, errs []error) []error {
+	base := Update{Side: SideEngine, Time: s.Time, Scope: s.Scope, Model: s.Model}
+	var u Update
+	if finished {
+		for i := range s.Finished {
+			e := &s.Finished[i]
+			u = base
+			u.Kind, u.RequestID, u.FinishReason, u.ErrorType = KindFinished, e.RequestID, e.Reason, e.ErrorType
+			errs = t.stepUpdate(&u, e.Req, ns, errs)
+		}
+		return errs
+	}
+	for _, id := range s.Queued {
+		u = base
+		u.Kind, u.RequestID = KindQueued, id
+		errs = t.stepUpdate(&u, nil, ns, errs)
+	}
+	for _, q := range s.QueuedReqs {
+		u = base
+		u.Kind = KindQueued
+		errs = t.stepUpdate(&u, q, ns, errs)
+	}
+	for _, id := range s.Preempted {
+		u = base
+		u.Kind, u.RequestID = KindPreempted, id
+		errs = t.stepUpdate(&u, nil, ns, errs)
+	}
+	for _, q := range s.PreemptedReqs {
+		u = base
+		u.Kind = KindPreempted
+		errs = t.stepUpdate(&u, q, ns, errs)
+	}
+	for i := range s.Scheduled {
+		e := &s.Scheduled[i]
+		u = base
+		u.Kind, u.RequestID, u.NumComputedTokens, u.NumCachedTokens = KindPrefilling, e.RequestID, e.ComputedTokens, e.CachedTokens
+		errs = t.stepUpdate(&u, e.Req, ns, errs)
+	}
+	return errs
+}
+
+// stepDecoded is the general path of one Decoded entry.
+func (t *Tracker) stepDecoded(s *Step, e *Decoded, ns, step int64, batch int32, errs []error) []error {
+	u := Update{Side: SideEngine, Time: s.Time, Scope: s.Scope, Model: s.Model,
+		Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens, step: step, batch: batch}
+	return t.stepUpdate(&u, e.Req, ns, errs)
 }

@@ -513,6 +513,10 @@ func (t *Tracker) sweep(now int64, all bool) {
 		sh := &t.shards[i]
 		start := len(done)
 		sh.mu.Lock()
+		if len(sh.reqs) == 0 && len(sh.held) == 0 {
+			sh.mu.Unlock()
+			continue
+		}
 		for _, head := range sh.reqs {
 			for c := head; c != nil; c = c.next {
 				c.mu.Lock()
