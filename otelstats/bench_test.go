@@ -97,9 +97,9 @@ type benchPipeline struct {
 type benchConfig int
 
 const (
-	benchFast          benchConfig = iota // Aggregator + WithSpanProcessor
-	benchTracerPath                       // Aggregator, spans through the SDK Tracer
-	benchNoAggregator                     // WithTracerProvider and WithMeterProvider only
+	benchFast         benchConfig = iota // Aggregator + WithSpanProcessor
+	benchTracerPath                      // Aggregator, spans through the SDK Tracer
+	benchNoAggregator                    // WithTracerProvider and WithMeterProvider only
 )
 
 // newBenchPipelineFor builds the pipeline of cfg; a NeverSample sampler
