@@ -101,7 +101,7 @@ func load(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wri
 		_ = prov.Shutdown(context.Background())
 		return usageErr("no traces endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), or pass -endpoint host:port")
 	}
-	tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(prov.TracerProvider), otelstats.WithMeterProvider(prov.MeterProvider))
+	tr, err := otelstats.NewTracker(prov.TrackerOptions()...)
 	if err != nil {
 		_ = prov.Shutdown(context.Background())
 		return fail("%v", err)

@@ -1,6 +1,7 @@
 // Command llmtrace is llmtrace's toolbox: replay an update log into traces,
 // metrics and RequestStats; run a tracing proxy in front of an
-// OpenAI-compatible server; collect updates from engines in other processes.
+// OpenAI-compatible server; collect updates from engines in other processes;
+// measure span export throughput under load.
 //
 // Every subcommand reads the standard OTEL_* environment variables for
 // export (see internal/otelsetup); without them nothing is exported.
