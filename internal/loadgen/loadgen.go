@@ -238,7 +238,7 @@ func (r *Runner) Run(ctx context.Context, c Config) (Result, error) {
 		waiting  []*request // FIFO: waiting[head:]
 		head     int
 		running  = make([]*request, 0, c.InFlight)
-		queued   = make([]string, 0, c.InFlight)
+		queued   = make([]*otelstats.Request, 0, c.InFlight)
 		sched    = make([]otelstats.Scheduled, 0, c.InFlight)
 		dec      = make([]otelstats.Decoded, 0, c.InFlight)
 		fin      = make([]otelstats.Finished, 0, c.InFlight)
@@ -313,7 +313,7 @@ func (r *Runner) Run(ctx context.Context, c Config) (Result, error) {
 			countErr(err)
 			countErr(q.InputProcessed(tA, c.PromptTokens, nil))
 			waiting = append(waiting, &request{q: q, id: id})
-			queued = append(queued, id)
+			queued = append(queued, q)
 		}
 		r.offered.Store(res.Offered)
 
@@ -324,7 +324,7 @@ func (r *Runner) Run(ctx context.Context, c Config) (Result, error) {
 			waiting[head] = nil
 			head++
 			running = append(running, q)
-			sched = append(sched, otelstats.Scheduled{RequestID: q.id, ComputedTokens: c.PromptTokens})
+			sched = append(sched, otelstats.Scheduled{Req: q.q, ComputedTokens: c.PromptTokens})
 		}
 		if head == len(waiting) {
 			waiting, head = waiting[:0], 0
@@ -332,7 +332,7 @@ func (r *Runner) Run(ctx context.Context, c Config) (Result, error) {
 			waiting, head = append(waiting[:0], waiting[head:]...), 0
 		}
 		if len(queued)+len(sched) > 0 {
-			countErr(r.tr.Step(&otelstats.Step{Time: tA, Queued: queued, Scheduled: sched}))
+			countErr(r.tr.Step(&otelstats.Step{Time: tA, QueuedReqs: queued, Scheduled: sched}))
 		}
 		busy += time.Since(t0)
 		if inWindow && tA.After(end.Add(-c.Duration/4)) {
@@ -353,9 +353,11 @@ func (r *Runner) Run(ctx context.Context, c Config) (Result, error) {
 		tB := time.Now()
 		dec, fin = dec[:0], fin[:0]
 		for _, q := range running {
-			dec = append(dec, otelstats.Decoded{RequestID: q.id, NewTokens: 1})
+			// By handle, as an engine that keeps it with its request
+			// does: no id lookup per token.
+			dec = append(dec, otelstats.Decoded{Req: q.q, NewTokens: 1})
 			if q.tokens+1 >= c.OutputTokens {
-				fin = append(fin, otelstats.Finished{RequestID: q.id, Reason: otelstats.FinishStop})
+				fin = append(fin, otelstats.Finished{Req: q.q, Reason: otelstats.FinishStop})
 			}
 		}
 		countErr(r.tr.Step(&otelstats.Step{Time: tB, Decoded: dec, Finished: fin}))
