@@ -329,3 +329,37 @@ func TestIDReusedDuringTheWait(t *testing.T) {
 		t.Fatalf("err = %v, want duplicate_arrival", err)
 	}
 }
+
+// TestTimeMapping: the tracker's clock mapping gives a time without a
+// monotonic reading its wall value, and one with a reading its monotonic
+// distance from the tracker's anchor; far-off times stay out of the
+// accepted range (no int64 wrap-around makes them valid).
+func TestTimeMapping(t *testing.T) {
+	tr, err := NewTracker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Shutdown(context.Background()) }()
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		in   time.Time
+		want int64
+	}{
+		{"wall", time.Unix(1700000000, 123), 1700000000*1e9 + 123},
+		{"wall, other zone", time.Unix(1700000000, 5).In(time.FixedZone("x", 3600)), 1700000000*1e9 + 5},
+		{"monotonic", now.Add(time.Second), tr.anchorNs + int64(now.Add(time.Second).Sub(tr.anchor))},
+		{"1970", time.Unix(1, 0), 1e9},
+		{"2199", time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC), time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC).UnixNano()},
+	} {
+		if got := tr.ns(tc.in); got != tc.want {
+			t.Errorf("%s: ns = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	for _, far := range []time.Time{{}, time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2500, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), time.Unix(1<<62, 0)} {
+		if ns := tr.ns(far); validNs(ns) {
+			t.Errorf("%v maps to the accepted %d", far, ns)
+		}
+	}
+}

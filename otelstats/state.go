@@ -43,11 +43,11 @@ func init() {
 // histogram has exactly the counts and sum of the real gaps while the state
 // stays bounded however long the output is.
 type itlHist struct {
-	n        [nITL]uint32
-	sum      [nITL]int64
-	min, max int64
 	cnt      uint32
 	last     uint8 // the bucket of the previous gap: a stream's gaps are steady
+	min, max int64
+	n        [nITL]uint32
+	sum      [nITL]int64
 }
 
 func (h *itlHist) add(gap int64) {
@@ -124,10 +124,37 @@ type stepRec struct {
 // set once, under mu, by whoever ends the request; from then on only the
 // goroutine that set it (finalize) reads the state.
 type reqState struct {
-	mu   sync.Mutex
-	done atomic.Bool
-	sh   *shard
-	h    Request // the handle Arrive returns: one allocation per request
+	// What every token touches comes first, so a decode or a delivery
+	// reads and writes three or four cache lines of the state, not eight.
+	mu     sync.Mutex
+	done   atomic.Bool
+	detail Detail
+
+	fe, en             sideState
+	lastSeen           int64
+	feTokens, enTokens int64
+	feDeliv, enDeliv   int32
+	feFirst, feLast    int64
+	enFirst, enLast    int64
+	// genCredit are frontend tokens already counted as generation
+	// throughput before any engine update reached us; the engine's
+	// DECODINGs for the same tokens are not counted again.
+	genCredit  int32
+	feReported bool // the frontend sent more than ARRIVED
+	runs       []run
+
+	detokFirst, detokLast, detokBusy int64
+	detokCount                       int32
+
+	// itl aggregates the gaps of the stream that gives token times: the
+	// engine's until the frontend delivers its first token, then the
+	// frontend's (one histogram, not one per side, keeps the state small).
+	itl itlHist
+
+	runsBuf [2]run
+
+	sh *shard
+	h  Request // the handle Arrive returns: one allocation per request
 
 	next *reqState // requests sharing the id; guarded by sh.mu
 
@@ -135,15 +162,10 @@ type reqState struct {
 	traceID                     [16]byte
 	spanID                      [8]byte
 	extra                       *reqExtra
-
-	fe, en     sideState
-	feReported bool // the frontend sent more than ARRIVED
-	detail     Detail
-	trusted    bool // the parent's sampled flag decides
+	trusted                     bool // the parent's sampled flag decides
 
 	arrived, inputProcessed, firstQueued, firstPrefill int64
 	feFinish, enFinish                                 int64
-	lastSeen                                           int64
 	waitUntil                                          int64
 
 	feReason, enReason, errorType string
@@ -153,27 +175,7 @@ type reqState struct {
 	recomputeCached int64
 	preemptions     int32
 	preemptedNs     int64
-
-	feTokens, enTokens int64
-	feDeliv, enDeliv   int32
-	feFirst, feLast    int64
-	enFirst, enLast    int64
-	preRunFE           int32
-	// genCredit are frontend tokens already counted as generation
-	// throughput before any engine update reached us; the engine's
-	// DECODINGs for the same tokens are not counted again.
-	genCredit int32
-
-	detokFirst, detokLast, detokBusy int64
-	detokCount                       int32
-
-	runs    []run
-	runsBuf [2]run
-
-	// itl aggregates the gaps of the stream that gives token times: the
-	// engine's until the frontend delivers its first token, then the
-	// frontend's (one histogram, not one per side, keeps the state small).
-	itl itlHist
+	preRunFE        int32
 }
 
 func (r *reqState) matches(scope, model string) bool {

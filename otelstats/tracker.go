@@ -145,7 +145,22 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 // ns maps t onto wall-clock nanoseconds through the tracker's anchor: a time
 // with a monotonic reading is measured on the monotonic clock from the
 // anchor, a time without one (parsed, simulated) keeps its wall value.
-func (t *Tracker) ns(tm time.Time) int64 { return t.anchorNs + int64(tm.Sub(t.anchor)) }
+func (t *Tracker) ns(tm time.Time) int64 {
+	// A time without a monotonic reading (Round(0) leaves it unchanged) is
+	// its wall value; computing it directly skips Sub's overflow check,
+	// which costs more than the rest of recording a token. Outside the
+	// accepted years Sub's saturation keeps far-off times far off.
+	if tm == tm.Round(0) {
+		if sec := tm.Unix(); sec > minSec && sec < maxSec {
+			return sec*1e9 + int64(tm.Nanosecond())
+		}
+	}
+	return t.anchorNs + int64(tm.Sub(t.anchor))
+}
+
+// minSec and maxSec bound the fast path of ns: a day beyond the accepted
+// times, well inside int64 nanoseconds.
+var minSec, maxSec = minTime.Unix() - 86400, maxTime.Unix() + 86400
 
 func (t *Tracker) shardFor(id string) *shard {
 	return &t.shards[maphash.String(t.seed, id)&(numShards-1)]
