@@ -17,8 +17,9 @@ import (
 	"github.com/llmtrace/llmtrace/attributes"
 )
 
-// Aggregator aggregates llmtrace's eight latency histograms itself and hands
-// them to metric readers as an sdkmetric.Producer. It is the fast path: one
+// Aggregator aggregates llmtrace's eight latency histograms and its
+// per-request counters itself and hands them to metric readers as an
+// sdkmetric.Producer. It is the fast path: one
 // lock per finished request and a merge of the request's per-bucket ITL
 // counts, instead of one Histogram.Record per inter-token gap (tens of
 // nanoseconds each, hundreds per request). The data is the same — names,
@@ -34,8 +35,12 @@ import (
 //	tracker, _ := otelstats.NewTracker(otelstats.WithMeterProvider(mp), otelstats.WithAggregator(agg))
 //
 // With an Aggregator the tracker does not create those eight histogram
-// instruments on the MeterProvider (so nothing is exported twice); counters
-// and gauges still go through the MeterProvider. The zero Aggregator is not
+// instruments, nor the six counters it adds to once per finished request
+// (requests, preemptions, prompt and generation tokens, prefix-cache queries
+// and hits), on the MeterProvider, so nothing is exported twice; the
+// Aggregator serves them as monotonic cumulative sums. The gauges and the
+// rare counters (rejections, drops, clamps, evictions) still go through the
+// MeterProvider. The zero Aggregator is not
 // usable; it is safe for concurrent use. Readers must use cumulative
 // temporality (the default of OTLP and Prometheus exporters).
 type Aggregator struct {
@@ -43,6 +48,64 @@ type Aggregator struct {
 	mu    sync.Mutex
 	// series[h] maps an attribute set to its point.
 	series [numHists]map[attribute.Distinct]*aggPoint
+	sums   [numSums]map[attribute.Distinct]*sumPoint
+}
+
+// The counters the Aggregator keeps.
+const (
+	sRequests = iota
+	sPreemptions
+	sPromptTok
+	sGenTok
+	sPCQueries
+	sPCHits
+	numSums
+)
+
+var sumDefs = [numSums]struct{ name, unit, desc string }{
+	{attributes.MetricRequests, attributes.UnitRequest, "Finished requests by finish reason."},
+	{attributes.MetricPreemptions, attributes.UnitPreempt, "Preemptions of running requests."},
+	{attributes.MetricPromptTokens, attributes.UnitToken, "Prompt tokens of finished requests."},
+	{attributes.MetricGenerationTokens, attributes.UnitToken, "Generated tokens of finished requests."},
+	{attributes.MetricPrefixCacheQuery, attributes.UnitToken, "Prompt tokens looked up in the prefix cache."},
+	{attributes.MetricPrefixCacheHits, attributes.UnitToken, "Prompt tokens served from the prefix cache."},
+}
+
+type sumPoint struct {
+	attrs attribute.Set
+	v     int64
+}
+
+// counts are a finished request's additions to the counters. A counter
+// not in has is left alone; one in has is added to even by zero, so that
+// its series exists (a prefix-cache hit count of 0 is a value, not an
+// absence).
+type counts struct {
+	v   [numSums]int64
+	has [numSums]bool
+}
+
+func (c *counts) set(i int, n int64) { c.v[i], c.has[i] = n, true }
+
+func (a *Aggregator) addSum(i int, set attribute.Set, n int64) {
+	p, ok := a.sums[i][set.Equivalent()]
+	if !ok {
+		p = &sumPoint{attrs: set}
+		a.sums[i][set.Equivalent()] = p
+	}
+	p.v += n
+}
+
+// addCounts adds counters outside a request (the engine's own prefix-cache
+// counts).
+func (a *Aggregator) addCounts(c *counts, set attribute.Set) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, n := range c.v {
+		if c.has[i] {
+			a.addSum(i, set, n)
+		}
+	}
 }
 
 var _ sdkmetric.Producer = (*Aggregator)(nil)
@@ -88,6 +151,9 @@ func NewAggregator() *Aggregator {
 	for i := range a.series {
 		a.series[i] = make(map[attribute.Distinct]*aggPoint)
 	}
+	for i := range a.sums {
+		a.sums[i] = make(map[attribute.Distinct]*sumPoint)
+	}
 	return a
 }
 
@@ -121,8 +187,9 @@ func (p *aggPoint) add(h int, v float64, sc trace.SpanContext, now time.Time) {
 	}
 }
 
-// record adds one finished request.
-func (a *Aggregator) record(ctx context.Context, s *RequestStats, itl *itlHist, base, duration attribute.Set) {
+// record adds one finished request: its latencies, its ITL buckets, and
+// its counts (requests under finished, the rest under base).
+func (a *Aggregator) record(ctx context.Context, s *RequestStats, itl *itlHist, base, duration, finished attribute.Set, c *counts) {
 	sc := trace.SpanContextFromContext(ctx)
 	now := time.Now()
 	vals := [numHists]Latency{
@@ -131,6 +198,16 @@ func (a *Aggregator) record(ctx context.Context, s *RequestStats, itl *itlHist, 
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	for i, n := range c.v {
+		if !c.has[i] {
+			continue
+		}
+		set := base
+		if i == sRequests {
+			set = finished
+		}
+		a.addSum(i, set, n)
+	}
 	for h, l := range vals {
 		if !l.Valid {
 			continue
@@ -194,6 +271,16 @@ func (a *Aggregator) Produce(context.Context) ([]metricdata.ScopeMetrics, error)
 		sm.Metrics = append(sm.Metrics, metricdata.Metrics{
 			Name: histDefs[h].name, Description: histDefs[h].desc, Unit: attributes.UnitSeconds, Data: d,
 		})
+	}
+	for i := range a.sums {
+		if len(a.sums[i]) == 0 {
+			continue
+		}
+		d := metricdata.Sum[int64]{Temporality: metricdata.CumulativeTemporality, IsMonotonic: true}
+		for _, p := range a.sums[i] {
+			d.DataPoints = append(d.DataPoints, metricdata.DataPoint[int64]{Attributes: p.attrs, StartTime: a.start, Time: now, Value: p.v})
+		}
+		sm.Metrics = append(sm.Metrics, metricdata.Metrics{Name: sumDefs[i].name, Description: sumDefs[i].desc, Unit: sumDefs[i].unit, Data: d})
 	}
 	if len(sm.Metrics) == 0 {
 		return nil, nil

@@ -17,9 +17,11 @@ import (
 	"github.com/llmtrace/llmtrace/spans"
 )
 
-// The Aggregator exports the same histograms as the MeterProvider path:
-// bucket counts, counts and sums, per attribute set.
+// The Aggregator exports the same histograms as the MeterProvider path
+// (bucket counts, counts and sums, per attribute set), and the same
+// per-request counters.
 func TestAggregatorMatchesInstruments(t *testing.T) {
+	sums := map[bool]map[string]int64{}
 	collect := func(useAgg bool) map[string]map[string]metricdata.HistogramDataPoint[float64] {
 		var agg *Aggregator
 		var reader *sdkmetric.ManualReader
@@ -46,8 +48,15 @@ func TestAggregatorMatchesInstruments(t *testing.T) {
 				reason = "abort"
 			}
 			req, _ := tr.Arrive(context.Background(), id, Arrival{Time: at(t0), Model: []string{"a", "b"}[i%2]})
+			if i%2 == 0 {
+				_ = req.InputProcessed(at(t0+0.5), 10, nil)
+			}
 			_ = tr.Step(&Step{Time: at(t0 + 1), Queued: []string{id}})
-			_ = tr.Step(&Step{Time: at(t0 + 2 + rng.Float64()*50), Scheduled: []Scheduled{{RequestID: id, ComputedTokens: 10}}})
+			_ = tr.Step(&Step{Time: at(t0 + 2 + rng.Float64()*50), Scheduled: []Scheduled{{RequestID: id, ComputedTokens: 10, CachedTokens: i % 3 * 4}}})
+			if i%5 == 0 {
+				_ = tr.Step(&Step{Time: at(t0 + 55), Preempted: []string{id}})
+				_ = tr.Step(&Step{Time: at(t0 + 58), Scheduled: []Scheduled{{RequestID: id, ComputedTokens: 10}}})
+			}
 			now := t0 + 60 + rng.Float64()*500
 			for k := range 1 + i%7 {
 				_ = tr.Step(&Step{Time: at(now), Decoded: []Decoded{{RequestID: id}}})
@@ -65,8 +74,21 @@ func TestAggregatorMatchesInstruments(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := map[string]map[string]metricdata.HistogramDataPoint[float64]{}
+		sums[useAgg] = map[string]int64{}
 		for _, sm := range rm.ScopeMetrics {
 			for _, m := range sm.Metrics {
+				if c, ok := m.Data.(metricdata.Sum[int64]); ok {
+					if !c.IsMonotonic || c.Temporality != metricdata.CumulativeTemporality {
+						t.Errorf("%s: monotonic %v, temporality %v", m.Name, c.IsMonotonic, c.Temporality)
+					}
+					for _, dp := range c.DataPoints {
+						k := m.Name + "{" + dp.Attributes.Encoded(attribute.DefaultEncoder()) + "}"
+						if _, dup := sums[useAgg][k]; dup {
+							t.Errorf("%s exported twice", k)
+						}
+						sums[useAgg][k] = dp.Value
+					}
+				}
 				h, ok := m.Data.(metricdata.Histogram[float64])
 				if !ok {
 					continue
@@ -106,5 +128,50 @@ func TestAggregatorMatchesInstruments(t *testing.T) {
 	if c := got[attributes.MetricInterTokenLatency]; len(c) == 0 {
 		t.Fatal("no ITL from the aggregator")
 	}
+	if fmt.Sprint(sums[true]) != fmt.Sprint(sums[false]) {
+		t.Errorf("counters differ:\naggregator  %v\ninstruments %v", sums[true], sums[false])
+	}
+	for _, name := range []string{attributes.MetricRequests, attributes.MetricPreemptions, attributes.MetricPromptTokens,
+		attributes.MetricGenerationTokens, attributes.MetricPrefixCacheQuery, attributes.MetricPrefixCacheHits} {
+		found := false
+		for k := range sums[true] {
+			found = found || len(k) > len(name) && k[:len(name)+1] == name+"{"
+		}
+		if !found {
+			t.Errorf("%s: no series from the aggregator", name)
+		}
+	}
 	_ = time.Second
+}
+
+// Prefix-cache counts the engine reports itself go to the Aggregator too,
+// once, and the per-request ones stop (as on the instrument path).
+func TestAggregatorSchedulerPrefixCache(t *testing.T) {
+	agg := NewAggregator()
+	reader := sdkmetric.NewManualReader(sdkmetric.WithProducer(agg))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	tr, err := NewTracker(WithMeterProvider(mp), WithAggregator(agg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Shutdown(context.Background()) }()
+	tr.RecordSchedulerStats(at(0), SchedulerStats{Running: 1, PrefixCacheQueries: 100, PrefixCacheHits: 40})
+	tr.RecordSchedulerStats(at(1), SchedulerStats{Running: 1, PrefixCacheQueries: 10, PrefixCacheHits: 0})
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if c, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range c.DataPoints {
+					got[m.Name] = append(got[m.Name], dp.Value)
+				}
+			}
+		}
+	}
+	if fmt.Sprint(got[attributes.MetricPrefixCacheQuery]) != "[110]" || fmt.Sprint(got[attributes.MetricPrefixCacheHits]) != "[40]" {
+		t.Errorf("prefix cache sums %v", got)
+	}
 }

@@ -142,8 +142,18 @@ func buildBenchPipeline(sampler sdktrace.Sampler, ours bool) *benchPipeline {
 }
 
 func buildBenchPipelineReader(sampler sdktrace.Sampler, ours bool, reader *sdkmetric.ManualReader) *benchPipeline {
+	return buildBenchPipelineQueue(sampler, ours, reader, 0)
+}
+
+// buildBenchPipelineQueue sets the BatchSpanProcessor's queue size (0: the
+// SDK's default, 2048).
+func buildBenchPipelineQueue(sampler sdktrace.Sampler, ours bool, reader *sdkmetric.ManualReader, queue int) *benchPipeline {
 	p := &benchPipeline{reader: reader, exp: &benchDiscardExporter{}}
-	p.bsp = sdktrace.NewBatchSpanProcessor(p.exp)
+	var bopts []sdktrace.BatchSpanProcessorOption
+	if queue > 0 {
+		bopts = append(bopts, sdktrace.WithMaxQueueSize(queue))
+	}
+	p.bsp = sdktrace.NewBatchSpanProcessor(p.exp, bopts...)
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(p.bsp)}
 	if sampler != nil {
 		opts = append(opts, sdktrace.WithSampler(sampler))
@@ -686,6 +696,103 @@ func BenchmarkRequestGivenTimes(b *testing.B) {
 // no trace.
 func BenchmarkRequestUnsampledGivenTimes(b *testing.B) {
 	benchRequestClock(b, newBenchPipelineFor(b, sdktrace.NeverSample(), benchFast), newBenchClock(time.Now(), benchEngineTick))
+}
+
+// Per request, in batches --------------------------------------------------
+
+// benchBatchQueue is the BatchSpanProcessor queue of the batched request
+// benchmarks, on both sides: 256 requests finishing in one step end 2,304 of
+// the tracker's spans at once (and the naive way ends 256 decode spans at
+// once at the preemption), more than the SDK's default queue of 2,048
+// holds; otelstats.NewBatchProcessor's default is 16,384.
+const benchBatchQueue = 16384
+
+// BenchmarkNaiveRequestBatch: one op is one request of
+// BenchmarkNaiveRequest, with 256 of them in flight in lockstep as an
+// engine batches them: every phase and token of all 256 before the next.
+func BenchmarkNaiveRequestBatch(b *testing.B) {
+	p := buildBenchPipelineQueue(nil, false, sdkmetric.NewManualReader(), benchBatchQueue)
+	b.Cleanup(p.close)
+	n := newNaive(b, p.tp, p.mp)
+	qs := make([]*naiveRequest, 0, benchBatch)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := startBenchCPU()
+	for done := 0; done < b.N; {
+		k := min(benchBatch, b.N-done)
+		qs = naiveBenchBatch(n, benchIDs[:k], qs[:0])
+		done += k
+	}
+	cpu.report(b)
+	b.StopTimer()
+	p.spansPerOp(b)
+}
+
+// naiveBenchBatch runs ids' requests through naiveBenchRequest's life in
+// lockstep.
+func naiveBenchBatch(n *naiveInst, ids []string, qs []*naiveRequest) []*naiveRequest {
+	for _, id := range ids {
+		q := n.arrive(context.Background(), id, benchModel)
+		q.queued("new")
+		qs = append(qs, q)
+	}
+	for _, c := range []int{benchPromptTokens / 2, benchPromptTokens} {
+		for _, q := range qs {
+			q.prefillChunk(c, 0)
+		}
+	}
+	for range benchOutputTokens / 2 {
+		for _, q := range qs {
+			q.token()
+		}
+	}
+	for _, q := range qs {
+		q.preempted()
+	}
+	for _, q := range qs {
+		q.prefillChunk(benchPromptTokens+benchOutputTokens/2, 0)
+	}
+	for range benchOutputTokens - benchOutputTokens/2 {
+		for _, q := range qs {
+			q.token()
+		}
+	}
+	for _, q := range qs {
+		q.finish(otelstats.FinishStop)
+	}
+	return qs
+}
+
+// BenchmarkRequestBatch: one op is one request of BenchmarkRequest, with 256
+// of them in flight: each engine step carries all 256 (by handle), the
+// engine reads the clock once per step, the frontend once per delivery.
+func BenchmarkRequestBatch(b *testing.B) { benchRequestBatch(b, realBenchClock()) }
+
+// BenchmarkRequestBatchGivenTimes is BenchmarkRequestBatch with the times
+// given (a simulated step clock) rather than read.
+func BenchmarkRequestBatchGivenTimes(b *testing.B) {
+	benchRequestBatch(b, newBenchClock(time.Now(), benchEngineTick))
+}
+
+func benchRequestBatch(b *testing.B, clk *benchClock) {
+	agg := otelstats.NewAggregator()
+	p := buildBenchPipelineQueue(nil, true, sdkmetric.NewManualReader(sdkmetric.WithProducer(agg)), benchBatchQueue)
+	b.Cleanup(p.close)
+	p.agg, p.direct = agg, true
+	e := newBenchEngine(b, newBenchTracker(b, p), clk)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := startBenchCPU()
+	for done, j := 0, 0; done < b.N; j++ {
+		k := min(benchBatch, b.N-done)
+		start := j * benchBatch % len(benchIDs)
+		e.arrive(b, benchIDs[start:start+k]...)
+		e.benchRequest(b)
+		done += k
+	}
+	cpu.report(b)
+	b.StopTimer()
+	p.spansPerOp(b)
 }
 
 // BenchmarkNaiveRequestUnsampled is BenchmarkNaiveRequest with NeverSample.

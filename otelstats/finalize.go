@@ -187,35 +187,50 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStats) {
 	model := t.models.label(r.model)
 	as := t.inst.attrs(r.operation, model, s.FinishReason, s.ErrorType)
-	in := t.inst
-	// Counters carry no exemplars (the latency histograms link to the
-	// trace), so they skip the exemplar filter's look at the context.
-	bg := context.Background()
-	in.requests.Add(bg, 1, as.finishedAdd...)
-	h := &r.itl
-	if t.cfg.agg != nil {
-		t.cfg.agg.record(ctx, s, h, as.baseSet, as.durationSet)
-	} else {
-		t.recordHistograms(ctx, s, h, as)
-	}
+	var c counts
+	c.set(sRequests, 1)
 	if r.preemptions > 0 {
-		in.preemptions.Add(bg, int64(r.preemptions), as.baseAdd...)
+		c.set(sPreemptions, int64(r.preemptions))
 	}
 	if s.NumPromptTokens.Valid {
-		in.promptTok.Add(bg, int64(s.NumPromptTokens.N), as.baseAdd...)
+		c.set(sPromptTok, int64(s.NumPromptTokens.N))
 	}
 	if s.NumOutputTokens > 0 {
-		in.genTok.Add(bg, int64(s.NumOutputTokens), as.baseAdd...)
+		c.set(sGenTok, int64(s.NumOutputTokens))
 	}
 	var queries, hits int64
 	if s.NumCachedTokens.Valid && s.NumPromptTokens.Valid {
 		queries, hits = int64(s.NumPromptTokens.N), int64(s.NumCachedTokens.N)
 		if !t.schedCache.Load() {
-			in.pcQueries.Add(bg, queries, as.baseAdd...)
-			in.pcHits.Add(bg, hits, as.baseAdd...)
+			c.set(sPCQueries, queries)
+			c.set(sPCHits, hits)
 		}
 	}
+	h := &r.itl
+	if t.cfg.agg != nil {
+		t.cfg.agg.record(ctx, s, h, as.baseSet, as.durationSet, as.finishedSet, &c)
+	} else {
+		t.recordHistograms(ctx, s, h, as)
+		t.recordCounts(&c, as)
+	}
 	t.stats.addRequest(queries, hits)
+}
+
+// recordCounts adds a finished request's counts through the MeterProvider.
+// Counters carry no exemplars (the latency histograms link to the trace),
+// so they skip the exemplar filter's look at the context.
+func (t *Tracker) recordCounts(c *counts, as *attrSets) {
+	in, bg := t.inst, context.Background()
+	for i, ctr := range [numSums]metric.Int64Counter{sRequests: in.requests, sPreemptions: in.preemptions,
+		sPromptTok: in.promptTok, sGenTok: in.genTok, sPCQueries: in.pcQueries, sPCHits: in.pcHits} {
+		switch {
+		case !c.has[i]:
+		case i == sRequests:
+			ctr.Add(bg, c.v[i], as.finishedAdd...)
+		default:
+			ctr.Add(bg, c.v[i], as.baseAdd...)
+		}
+	}
 }
 
 // recordHistograms records the latency histograms through the MeterProvider.

@@ -29,7 +29,7 @@ type attrKey struct{ op, model, reason, errType string }
 // attrSets are the precomputed attribute sets of one kind of request, so
 // recording a finished request allocates no attributes.
 type attrSets struct {
-	baseSet, durationSet attribute.Set
+	baseSet, durationSet, finishedSet attribute.Set
 
 	// Option slices built once: passing an existing slice to a variadic
 	// Add or Record does not allocate; passing single options does, once
@@ -57,6 +57,13 @@ func newInstruments(mp metric.MeterProvider, ownHistograms bool) (*instruments, 
 		}
 		*dst, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 	}
+	// The per-request counters: the Aggregator's when there is one.
+	perRequest := func(dst *metric.Int64Counter, name, unit, desc string) {
+		if err != nil || ownHistograms {
+			return
+		}
+		*dst, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+	}
 	hist(&in.ttft, attributes.MetricTimeToFirstToken, "Time to first token.", attributes.TimeToFirstTokenBuckets())
 	hist(&in.tpot, attributes.MetricTimePerOutputToken, "Time per output token after the first.", attributes.TimePerOutputTokenBuckets())
 	hist(&in.e2e, attributes.MetricRequestDuration, "End-to-end request duration.", attributes.RequestDurationBuckets())
@@ -65,12 +72,12 @@ func newInstruments(mp metric.MeterProvider, ownHistograms bool) (*instruments, 
 	hist(&in.prefill, attributes.MetricPrefillDuration, "First scheduling to first token.", attributes.PhaseDurationBuckets())
 	hist(&in.decode, attributes.MetricDecodeDuration, "First token to finish.", attributes.PhaseDurationBuckets())
 	hist(&in.inference, attributes.MetricInferenceDuration, "First scheduling to finish.", attributes.PhaseDurationBuckets())
-	counter(&in.requests, attributes.MetricRequests, attributes.UnitRequest, "Finished requests by finish reason.")
-	counter(&in.preemptions, attributes.MetricPreemptions, attributes.UnitPreempt, "Preemptions of running requests.")
-	counter(&in.promptTok, attributes.MetricPromptTokens, attributes.UnitToken, "Prompt tokens of finished requests.")
-	counter(&in.genTok, attributes.MetricGenerationTokens, attributes.UnitToken, "Generated tokens of finished requests.")
-	counter(&in.pcQueries, attributes.MetricPrefixCacheQuery, attributes.UnitToken, "Prompt tokens looked up in the prefix cache.")
-	counter(&in.pcHits, attributes.MetricPrefixCacheHits, attributes.UnitToken, "Prompt tokens served from the prefix cache.")
+	perRequest(&in.requests, attributes.MetricRequests, attributes.UnitRequest, "Finished requests by finish reason.")
+	perRequest(&in.preemptions, attributes.MetricPreemptions, attributes.UnitPreempt, "Preemptions of running requests.")
+	perRequest(&in.promptTok, attributes.MetricPromptTokens, attributes.UnitToken, "Prompt tokens of finished requests.")
+	perRequest(&in.genTok, attributes.MetricGenerationTokens, attributes.UnitToken, "Generated tokens of finished requests.")
+	perRequest(&in.pcQueries, attributes.MetricPrefixCacheQuery, attributes.UnitToken, "Prompt tokens looked up in the prefix cache.")
+	perRequest(&in.pcHits, attributes.MetricPrefixCacheHits, attributes.UnitToken, "Prompt tokens served from the prefix cache.")
 	counter(&in.rejected, attributes.MetricRejectedUpdates, attributes.UnitUpdate, "Lifecycle updates rejected, by reason.")
 	counter(&in.dropped, attributes.MetricSpansDropped, attributes.UnitSpan, "Spans that could not be exported.")
 	counter(&in.clamped, attributes.MetricSpansClamped, attributes.UnitSpan, "Spans clamped into their root because of clock skew.")
@@ -105,10 +112,12 @@ func (in *instruments) attrs(op, model, reason, errType string) *attrSets {
 		}
 		fin := append(append([]attribute.KeyValue(nil), base...), attributes.FinishReason.String(reason))
 		bs, ds := attribute.NewSet(base...), attribute.NewSet(dur...)
-		b, fo := metric.WithAttributeSet(bs), metric.WithAttributeSet(attribute.NewSet(fin...))
+		fs := attribute.NewSet(fin...)
+		b, fo := metric.WithAttributeSet(bs), metric.WithAttributeSet(fs)
 		s = &attrSets{
 			baseSet:     bs,
 			durationSet: ds,
+			finishedSet: fs,
 			baseAdd:     []metric.AddOption{b},
 			baseRec:     []metric.RecordOption{b},
 			durationRec: []metric.RecordOption{metric.WithAttributeSet(ds)},

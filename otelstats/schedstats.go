@@ -3,6 +3,7 @@ package otelstats
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"log/slog"
 	"sync"
 	"time"
@@ -36,8 +37,15 @@ func (t *Tracker) recordSched(ns int64, s *SchedulerStats) {
 	t.inst.kvUsage.Record(ctx, s.KVCacheUsage)
 	if s.PrefixCacheQueries > 0 || s.PrefixCacheHits > 0 {
 		t.schedCache.Store(true)
-		t.inst.pcQueries.Add(ctx, s.PrefixCacheQueries)
-		t.inst.pcHits.Add(ctx, s.PrefixCacheHits)
+		if t.cfg.agg != nil {
+			var c counts
+			c.set(sPCQueries, s.PrefixCacheQueries)
+			c.set(sPCHits, s.PrefixCacheHits)
+			t.cfg.agg.addCounts(&c, attribute.NewSet())
+		} else {
+			t.inst.pcQueries.Add(ctx, s.PrefixCacheQueries)
+			t.inst.pcHits.Add(ctx, s.PrefixCacheHits)
+		}
 	}
 	t.stats.mu.Lock()
 	t.stats.running, t.stats.waiting, t.stats.kv = s.Running, s.Waiting, s.KVCacheUsage
