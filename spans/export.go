@@ -26,7 +26,7 @@ type Source struct {
 // It is the fast path for a tree whose every timestamp is already known:
 // going through a Tracer builds, locks and snapshots a live span per span,
 // boxes an option per timestamp and consults the sampler, about 5 µs and 9
-// allocations a span; Export builds the same finished spans in three
+// allocations a span; Export builds the same finished spans in four
 // allocations for the whole tree. What it skips is what a finished tree does
 // not need: the TracerProvider's sampler (the caller decided already) and
 // the processors' OnStart (the spans were never live). The spans are
@@ -44,6 +44,9 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 			nAttrs += len(t.Spans[i].Events[j].Attrs)
 		}
 	}
+	// Four allocations: the tree's shared part, the spans, every
+	// attribute, every event.
+	h := &exportTree{src: src}
 	out := make([]finished, len(t.Spans))
 	kvs := make([]attribute.KeyValue, 0, nAttrs)
 	var evs []sdktrace.Event
@@ -70,18 +73,15 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 	if !rootID.IsValid() {
 		rootID = NewSpanID()
 	}
-	var ts trace.TraceState
+	h.traceID, h.parent = traceID, t.Parent
 	if t.Parent.IsValid() {
-		ts = t.Parent.TraceState()
+		h.state = t.Parent.TraceState()
 	}
-	rootSC := trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: traceID, SpanID: rootID, TraceFlags: trace.FlagsSampled, TraceState: ts,
-	})
 	for i := range t.Spans {
 		s, f := &t.Spans[i], &out[i]
-		f.src = src
+		f.h = h
 		f.name, f.kind = s.Name, s.Kind
-		f.start, f.end = s.Start, s.End
+		f.start, f.end = s.Start.UnixNano(), s.End.UnixNano()
 		f.attrs = take(s.Attrs)
 		if s.Status == codes.Error { // as the SDK: only an error keeps its description
 			f.status = sdktrace.Status{Code: s.Status, Description: s.StatusDesc}
@@ -97,19 +97,26 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 			f.events = evs[j:len(evs):len(evs)]
 		}
 		if i == 0 {
-			f.sc, f.parent, f.children = rootSC, t.Parent, len(t.Spans)-1
+			f.id, f.children = rootID, int32(len(t.Spans)-1)
+			h.root = f
 			continue
 		}
-		f.sc = trace.NewSpanContext(trace.SpanContextConfig{
-			TraceID: traceID, SpanID: NewSpanID(), TraceFlags: trace.FlagsSampled, TraceState: ts,
-		})
-		f.parent = rootSC
+		f.id = NewSpanID()
 	}
 	for i := 1; i < len(out); i++ {
 		sp.OnEnd(&out[i])
 	}
 	sp.OnEnd(&out[0])
-	return rootSC
+	return out[0].SpanContext()
+}
+
+// exportTree is what the spans of one exported tree share.
+type exportTree struct {
+	src     *Source
+	traceID trace.TraceID
+	state   trace.TraceState
+	parent  trace.SpanContext // the root's (remote) parent, if any
+	root    *finished
 }
 
 // finished is a span that ended before it was ever handed out: immutable
@@ -121,40 +128,55 @@ type finished struct {
 	// implemented below.
 	sdktrace.ReadOnlySpan
 
-	src        *Source
+	// Kept compact (what the tree shares is in h, times as Unix
+	// nanoseconds): a request's spans are most of what a kept trace
+	// allocates.
+	h          *exportTree
 	name       string
 	kind       trace.SpanKind
-	sc, parent trace.SpanContext
-	start, end time.Time
+	id         trace.SpanID
+	children   int32
+	start, end int64
 	attrs      []attribute.KeyValue
 	events     []sdktrace.Event
 	status     sdktrace.Status
-	children   int
 }
 
 var _ sdktrace.ReadOnlySpan = (*finished)(nil)
 
-func (f *finished) Name() string                                { return f.name }
-func (f *finished) SpanContext() trace.SpanContext              { return f.sc }
-func (f *finished) Parent() trace.SpanContext                   { return f.parent }
+func (f *finished) Name() string { return f.name }
+
+func (f *finished) SpanContext() trace.SpanContext {
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: f.h.traceID, SpanID: f.id, TraceFlags: trace.FlagsSampled, TraceState: f.h.state,
+	})
+}
+
+func (f *finished) Parent() trace.SpanContext {
+	if f == f.h.root {
+		return f.h.parent
+	}
+	return f.h.root.SpanContext()
+}
+
 func (f *finished) SpanKind() trace.SpanKind                    { return f.kind }
-func (f *finished) StartTime() time.Time                        { return f.start }
-func (f *finished) EndTime() time.Time                          { return f.end }
+func (f *finished) StartTime() time.Time                        { return time.Unix(0, f.start) }
+func (f *finished) EndTime() time.Time                          { return time.Unix(0, f.end) }
 func (f *finished) Attributes() []attribute.KeyValue            { return f.attrs }
 func (f *finished) Links() []sdktrace.Link                      { return nil }
 func (f *finished) Events() []sdktrace.Event                    { return f.events }
 func (f *finished) Status() sdktrace.Status                     { return f.status }
-func (f *finished) InstrumentationScope() instrumentation.Scope { return f.src.Scope }
-func (f *finished) Resource() *resource.Resource                { return f.src.Resource }
+func (f *finished) InstrumentationScope() instrumentation.Scope { return f.h.src.Scope }
+func (f *finished) Resource() *resource.Resource                { return f.h.src.Resource }
 func (f *finished) DroppedAttributes() int                      { return 0 }
 func (f *finished) DroppedLinks() int                           { return 0 }
 func (f *finished) DroppedEvents() int                          { return 0 }
-func (f *finished) ChildSpanCount() int                         { return f.children }
+func (f *finished) ChildSpanCount() int                         { return int(f.children) }
 
 // InstrumentationLibrary is the deprecated form of InstrumentationScope,
 // still part of the interface.
 //
 //nolint:staticcheck // required by sdktrace.ReadOnlySpan
 func (f *finished) InstrumentationLibrary() instrumentation.Library {
-	return instrumentation.Library(f.src.Scope) //nolint:staticcheck // as above
+	return instrumentation.Library(f.h.src.Scope) //nolint:staticcheck // as above
 }
