@@ -189,8 +189,7 @@ func (p *aggPoint) add(h int, v float64, sc trace.SpanContext, now time.Time) {
 
 // record adds one finished request: its latencies, its ITL buckets, and
 // its counts (requests under finished, the rest under base).
-func (a *Aggregator) record(ctx context.Context, s *RequestStats, itl *itlHist, base, duration, finished attribute.Set, c *counts) {
-	sc := trace.SpanContextFromContext(ctx)
+func (a *Aggregator) record(sc trace.SpanContext, s *RequestStats, itl *itlHist, base, duration, finished attribute.Set, c *counts) {
 	now := time.Now()
 	vals := [numHists]Latency{
 		hTTFT: s.FirstTokenLatency, hTPOT: s.TimePerOutputToken, hE2E: s.E2ELatency,

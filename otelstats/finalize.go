@@ -67,11 +67,7 @@ func (t *Tracker) finalize(r *reqState, override string) {
 	// Recording under the emitted root's span context lets the latency
 	// histograms carry exemplars that point at kept traces; a dropped
 	// trace's context is unsampled, so it leaves none.
-	ctx := context.Background()
-	if sc.IsValid() {
-		ctx = trace.ContextWithSpanContext(ctx, sc)
-	}
-	t.recordMetrics(ctx, r, &s)
+	t.recordMetrics(sc, r, &s)
 	for _, f := range t.cfg.onFinish {
 		f(&s)
 	}
@@ -184,7 +180,7 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 	}
 }
 
-func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStats) {
+func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestStats) {
 	model := t.models.label(r.model)
 	as := t.inst.attrs(r.operation, model, s.FinishReason, s.ErrorType)
 	var c counts
@@ -208,8 +204,13 @@ func (t *Tracker) recordMetrics(ctx context.Context, r *reqState, s *RequestStat
 	}
 	h := &r.itl
 	if t.cfg.agg != nil {
-		t.cfg.agg.record(ctx, s, h, as.baseSet, as.durationSet, as.finishedSet, &c)
+		t.cfg.agg.record(sc, s, h, as.baseSet, as.durationSet, as.finishedSet, &c)
 	} else {
+		// The SDK finds the exemplar's trace in the context.
+		ctx := context.Background()
+		if sc.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, sc)
+		}
 		t.recordHistograms(ctx, s, h, as)
 		t.recordCounts(&c, as)
 	}
