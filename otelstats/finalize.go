@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"math"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -18,9 +19,27 @@ import (
 // treeBuf is reused across finalizations so building a span tree allocates
 // little.
 type treeBuf struct {
-	tl    spans.Timeline
-	tree  spans.Tree
-	attrs []attribute.KeyValue
+	tl     spans.Timeline
+	tree   spans.Tree
+	attrs  []attribute.KeyValue
+	chunks []spans.ChunkEvent // every run's chunk events, back to back
+	detok  spans.Detokenize
+	stats  RequestStats
+}
+
+// finishReasons caches the root's gen_ai.response.finish_reasons attribute
+// per reason: a string-slice attribute allocates twice to build.
+var finishReasons sync.Map // string -> attribute.KeyValue
+
+func finishReasonsAttr(reason string) attribute.KeyValue {
+	if kv, ok := finishReasons.Load(reason); ok {
+		return kv.(attribute.KeyValue)
+	}
+	kv := attributes.FinishReasons.StringSlice([]string{reason})
+	if len(reason) <= MaxNameLength { // bounded: finish reasons are length-capped
+		finishReasons.Store(reason, kv)
+	}
+	return kv
 }
 
 func tm(ns int64) time.Time {
@@ -38,20 +57,21 @@ func (t *Tracker) finalize(r *reqState, override string) {
 	tb := t.trees.Get().(*treeBuf)
 	defer t.trees.Put(tb)
 
-	var s RequestStats
-	t.materialize(r, override, &s)
+	// Pooled with the tree: hooks must not retain the pointer (WithOnFinish).
+	s := &tb.stats
+	t.materialize(r, override, s)
 
 	var parent trace.SpanContext
 	if r.extra != nil {
 		parent = r.extra.parent
 	}
 	trusted := r.trusted && parent.IsValid()
-	keep, why := t.sampler.decide(&s, r.traceID, parent.IsSampled(), trusted)
+	keep, why := t.sampler.decide(s, r.traceID, parent.IsSampled(), trusted)
 	s.Sampled, s.SamplingReason = keep, why
 
 	var sc trace.SpanContext
 	if keep {
-		t.buildTimeline(r, &s, tb)
+		t.buildTimeline(r, s, tb)
 		tb.tree.Reset()
 		spans.Build(&tb.tl, &tb.tree)
 		if t.cfg.sp != nil {
@@ -67,9 +87,9 @@ func (t *Tracker) finalize(r *reqState, override string) {
 	// Recording under the emitted root's span context lets the latency
 	// histograms carry exemplars that point at kept traces; a dropped
 	// trace's context is unsampled, so it leaves none.
-	t.recordMetrics(sc, r, &s)
+	t.recordMetrics(sc, r, s)
 	for _, f := range t.cfg.onFinish {
-		f(&s)
+		f(s)
 	}
 }
 
@@ -109,8 +129,10 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 		E2ELatency:               some(time.Duration(end - r.arrived)),
 		NumPreemptions:           int(r.preemptions),
 		NumRecomputeCachedTokens: int(r.recomputeCached),
-		TraceID:                  hex.EncodeToString(r.traceID[:]),
-		SpanID:                   hex.EncodeToString(r.spanID[:]),
+	}
+	if len(t.cfg.onFinish) > 0 {
+		// Only hooks see RequestStats: format the ids for them alone.
+		s.TraceID, s.SpanID = hex.EncodeToString(r.traceID[:]), hex.EncodeToString(r.spanID[:])
 	}
 	if r.prompt >= 0 {
 		s.NumPromptTokens = Count{int(r.prompt), true}
@@ -266,6 +288,7 @@ func (t *Tracker) recordHistograms(ctx context.Context, s *RequestStats, h *itlH
 func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 	tl := &tb.tl
 	runs := tl.Runs[:0]
+	tb.chunks = tb.chunks[:0]
 	*tl = spans.Timeline{}
 	tl.Name = attributes.RootSpanName(r.operation, r.model)
 	tl.TraceID, tl.SpanID = r.traceID, r.spanID
@@ -309,8 +332,12 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 			Chunks:         int(rr.chunks),
 			OutputTokens:   int(toks),
 		}
-		for _, ev := range rr.events {
-			run.ChunkEvents = append(run.ChunkEvents, spans.ChunkEvent{Time: tm(ev.time), ComputedTokens: int(ev.computed)})
+		if len(rr.events) > 0 {
+			j := len(tb.chunks)
+			for _, ev := range rr.events {
+				tb.chunks = append(tb.chunks, spans.ChunkEvent{Time: tm(ev.time), ComputedTokens: int(ev.computed)})
+			}
+			run.ChunkEvents = tb.chunks[j:len(tb.chunks):len(tb.chunks)]
 		}
 		if x := r.extra; x != nil && r.detail >= DetailSteps {
 			lo, hi := rr.start, int64(math.MaxInt64)
@@ -342,10 +369,11 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 	}
 	tl.Runs = runs
 	if r.detokCount > 0 {
-		tl.Detokenize = &spans.Detokenize{
+		tb.detok = spans.Detokenize{
 			First: tm(r.detokFirst), Last: tm(r.detokLast),
 			Busy: time.Duration(r.detokBusy), Deliveries: int(r.detokCount),
 		}
+		tl.Detokenize = &tb.detok
 	}
 
 	a := tb.attrs[:0]
@@ -354,7 +382,7 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 		attributes.RequestModel.String(r.model),
 		attributes.RequestID.String(r.id),
 		attributes.UsageOutputTokens.Int(s.NumOutputTokens),
-		attributes.FinishReasons.StringSlice([]string{s.FinishReason}),
+		finishReasonsAttr(s.FinishReason),
 		attributes.Preemptions.Int(s.NumPreemptions),
 	)
 	if r.scope != "" {

@@ -34,6 +34,8 @@ type Tree struct {
 	Spans   []Span
 	Clamped int // spans moved or shortened to keep them inside the root
 
+	evAttrs []attribute.KeyValue // every event's attributes, back to back
+
 	TraceID trace.TraceID
 	SpanID  trace.SpanID
 	Parent  trace.SpanContext
@@ -45,6 +47,7 @@ func (t *Tree) Reset() {
 		t.Spans[i] = Span{Attrs: t.Spans[i].Attrs[:0], Events: t.Spans[i].Events[:0]}
 	}
 	t.Spans = t.Spans[:0]
+	t.evAttrs = t.evAttrs[:0]
 	t.Clamped = 0
 	t.TraceID, t.SpanID, t.Parent = trace.TraceID{}, trace.SpanID{}, trace.SpanContext{}
 }
@@ -109,10 +112,10 @@ func Build(tl *Timeline, dst *Tree) {
 			p.Events = append(p.Events, Event{
 				Name: attributes.EventPrefillChunk,
 				Time: t,
-				Attrs: []attribute.KeyValue{
-					attributes.ChunkIndex.Int(j + 1),
+				Attrs: dst.eventAttrs(
+					attributes.ChunkIndex.Int(j+1),
 					attributes.PrefillComputedTokens.Int(ev.ComputedTokens),
-				},
+				),
 			})
 		}
 		if !r.FirstToken.IsZero() {
@@ -129,10 +132,10 @@ func Build(tl *Timeline, dst *Tree) {
 				d.Events = append(d.Events, Event{
 					Name: attributes.EventDecodeStep,
 					Time: clampTime(st.Time, d.Start, d.End),
-					Attrs: []attribute.KeyValue{
+					Attrs: dst.eventAttrs(
 						attributes.StepIndex.Int64(st.Index),
 						attributes.StepBatchSize.Int(st.BatchSize),
-					},
+					),
 				})
 			}
 			if len(r.TokenTimes) > 0 {
@@ -161,6 +164,15 @@ func Build(tl *Timeline, dst *Tree) {
 			attributes.DetokenizeDeliveries.Int(d.Deliveries),
 		)
 	}
+}
+
+// eventAttrs stores an event's attributes in the tree's reused buffer. An
+// event keeps its slice even if a later append moves the buffer: the old
+// array stays valid, only no longer shared.
+func (t *Tree) eventAttrs(kv ...attribute.KeyValue) []attribute.KeyValue {
+	i := len(t.evAttrs)
+	t.evAttrs = append(t.evAttrs, kv...)
+	return t.evAttrs[i:len(t.evAttrs):len(t.evAttrs)]
 }
 
 func (t *Tree) add(name string, kind trace.SpanKind, s, e time.Time) *Span {
