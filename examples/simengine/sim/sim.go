@@ -393,7 +393,7 @@ func (s *sim) finished() {
 
 func (s *sim) resetStep() {
 	st := &s.step
-	st.Queued, st.Preempted, st.Scheduled = st.Queued[:0], st.Preempted[:0], st.Scheduled[:0]
+	st.QueuedReqs, st.PreemptedReqs, st.Scheduled = st.QueuedReqs[:0], st.PreemptedReqs[:0], st.Scheduled[:0]
 	st.Decoded, st.Finished, st.Stats = st.Decoded[:0], st.Finished[:0], nil
 	st.Time = vt(s.now)
 }
@@ -406,14 +406,16 @@ func (s *sim) startStep() error {
 		s.resetStep()
 		for _, r := range s.inbox {
 			s.waiting = append(s.waiting, r)
-			s.step.Queued = append(s.step.Queued, r.id)
+			// Requests by handle, as an engine that keeps the frontend's
+			// handle with its request does: no id lookup per entry.
+			s.step.QueuedReqs = append(s.step.QueuedReqs, r.handle)
 			if r.truth.FirstQueued.IsZero() {
 				r.truth.FirstQueued = vt(s.now)
 			}
 		}
 		s.inbox = s.inbox[:0]
 		prefill, decoding := s.schedule()
-		if len(s.step.Queued)+len(s.step.Preempted)+len(s.step.Scheduled) > 0 {
+		if len(s.step.QueuedReqs)+len(s.step.PreemptedReqs)+len(s.step.Scheduled) > 0 {
 			s.reject(s.tr.Step(&s.step))
 		}
 		s.res.MaxWaiting = max(s.res.MaxWaiting, len(s.waiting))
@@ -425,7 +427,7 @@ func (s *sim) startStep() error {
 			return nil
 		}
 		s.busy = false
-		if len(s.waiting) == 0 || len(s.step.Preempted) == 0 {
+		if len(s.waiting) == 0 || len(s.step.PreemptedReqs) == 0 {
 			if len(s.waiting) > 0 {
 				return fmt.Errorf("sim: stalled with %d waiting and %d running requests, %d of %d KV blocks free",
 					len(s.waiting), len(s.running), s.kv.nfree, len(s.kv.blocks))
@@ -512,7 +514,7 @@ func (s *sim) take(r *request, n int) {
 	s.sched = append(s.sched, r)
 	if r.inPrefill {
 		s.step.Scheduled = append(s.step.Scheduled, otelstats.Scheduled{
-			RequestID: r.id, ComputedTokens: r.computed + n, CachedTokens: r.runCached,
+			Req: r.handle, ComputedTokens: r.computed + n, CachedTokens: r.runCached,
 		})
 	}
 }
@@ -527,7 +529,7 @@ func (s *sim) preempt(r *request) {
 	s.waiting = append(s.waiting, nil)
 	copy(s.waiting[1:], s.waiting)
 	s.waiting[0] = r
-	s.step.Preempted = append(s.step.Preempted, r.id)
+	s.step.PreemptedReqs = append(s.step.PreemptedReqs, r.handle)
 	r.truth.Preemptions++
 	s.res.Preemptions++
 }
@@ -548,11 +550,11 @@ func (s *sim) endStep() {
 		}
 		r.out++
 		r.inPrefill = false
-		s.step.Decoded = append(s.step.Decoded, otelstats.Decoded{RequestID: r.id, NewTokens: 1})
+		s.step.Decoded = append(s.step.Decoded, otelstats.Decoded{Req: r.handle, NewTokens: 1})
 		last := r.out == r.maxOut
 		s.push(event{at: deliverAt, kind: evDeliver, req: int32(r.idx), last: last})
 		if last {
-			s.step.Finished = append(s.step.Finished, otelstats.Finished{RequestID: r.id, Reason: r.reason})
+			s.step.Finished = append(s.step.Finished, otelstats.Finished{Req: r.handle, Reason: r.reason})
 			s.kv.free(r)
 			r.state = stDone
 			r.truth.EngineFinish = vt(s.now)
