@@ -198,7 +198,7 @@ func (t *Tracker) after(ns int64) {
 		t.advance(ns)
 	}
 	if ns >= t.nextSweep.Load() {
-		t.maybeSweep()
+		t.maybeSweep(ns)
 	}
 }
 
@@ -500,10 +500,13 @@ func (sh *shard) oldest() *reqState {
 // use WithAutoSweep.
 func (t *Tracker) Sweep(now time.Time) { t.sweep(t.ns(now), false) }
 
-func (t *Tracker) maybeSweep() {
+// maybeSweep sweeps as of the latest time seen; ns, the update that asks,
+// counts exactly even when the high-water mark lags it.
+func (t *Tracker) maybeSweep(ns int64) {
 	if !t.sweepMu.TryLock() {
 		return
 	}
+	t.advance(ns)
 	now := t.hwm.Load()
 	every := min(t.cfg.frontendGrace, t.cfg.holdWindow) / 2
 	every = max(every, 10*time.Millisecond)
