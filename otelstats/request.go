@@ -158,17 +158,10 @@ func (t *Tracker) recordReq(r *reqState, u *Update) error {
 	if rerr != nil {
 		return t.rejected(rerr)
 	}
-	ns := t.ns(u.Time)
-	r.mu.Lock()
-	if r.done.Load() {
-		r.mu.Unlock()
+	complete, ended, rerr := t.applyTo(r, u, side, t.ns(u.Time))
+	if ended {
 		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 	}
-	complete, rerr := t.apply(r, u, side, ns)
-	if complete {
-		r.done.Store(true)
-	}
-	r.mu.Unlock()
 	if complete {
 		t.retire(r)
 	}

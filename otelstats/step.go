@@ -155,25 +155,22 @@ func (t *Tracker) stepEntries(s *Step, ns int64, finished bool, errs []error) []
 		}
 		return errs
 	}
-	for _, id := range s.Queued {
-		u = base
-		u.Kind, u.RequestID = KindQueued, id
-		errs = t.stepUpdate(&u, nil, ns, errs)
-	}
-	for _, q := range s.QueuedReqs {
-		u = base
-		u.Kind = KindQueued
-		errs = t.stepUpdate(&u, q, ns, errs)
-	}
-	for _, id := range s.Preempted {
-		u = base
-		u.Kind, u.RequestID = KindPreempted, id
-		errs = t.stepUpdate(&u, nil, ns, errs)
-	}
-	for _, q := range s.PreemptedReqs {
-		u = base
-		u.Kind = KindPreempted
-		errs = t.stepUpdate(&u, q, ns, errs)
+	// Queued and Preempted: the entries by id, then those by handle.
+	for _, k := range [...]struct {
+		kind Kind
+		ids  []string
+		reqs []*Request
+	}{{KindQueued, s.Queued, s.QueuedReqs}, {KindPreempted, s.Preempted, s.PreemptedReqs}} {
+		for _, id := range k.ids {
+			u = base
+			u.Kind, u.RequestID = k.kind, id
+			errs = t.stepUpdate(&u, nil, ns, errs)
+		}
+		for _, q := range k.reqs {
+			u = base
+			u.Kind = k.kind
+			errs = t.stepUpdate(&u, q, ns, errs)
+		}
 	}
 	for i := range s.Scheduled {
 		e := &s.Scheduled[i]

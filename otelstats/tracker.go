@@ -243,18 +243,12 @@ func (t *Tracker) record(u *Update, ns int64) error {
 		sh.mu.Unlock()
 		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 	}
-	r.mu.Lock()
-	if r.done.Load() {
+	complete, ended, rerr := t.applyTo(r, u, side, ns)
+	if ended {
 		// Ended through its handle between lookup and lock.
-		r.mu.Unlock()
 		sh.mu.Unlock()
 		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 	}
-	complete, rerr := t.apply(r, u, side, ns)
-	if complete {
-		r.done.Store(true)
-	}
-	r.mu.Unlock()
 	if complete {
 		sh.unlink(r)
 	}
@@ -266,6 +260,22 @@ func (t *Tracker) record(u *Update, ns int64) error {
 		return t.rejected(rerr)
 	}
 	return nil
+}
+
+// applyTo applies u to r under r's lock. ended reports that r had already
+// ended (nothing applied); complete that u ended it, and the caller must
+// unlink and finalize it.
+func (t *Tracker) applyTo(r *reqState, u *Update, side Side, ns int64) (complete, ended bool, rerr *RejectError) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done.Load() {
+		return false, true, nil
+	}
+	complete, rerr = t.apply(r, u, side, ns)
+	if complete {
+		r.done.Store(true)
+	}
+	return complete, false, rerr
 }
 
 func (t *Tracker) deferredReject(e *RejectError) {

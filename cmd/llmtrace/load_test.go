@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/llmtrace/llmtrace/internal/testbackend"
 )
 
 // clearOTLPEnv empties the variables load reads (restored when t ends,
@@ -136,28 +137,9 @@ func TestLoadReports(t *testing.T) {
 				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
 				t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 			} else {
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				accepted := make(chan struct{})
-				go func() {
-					defer close(accepted)
-					var held []net.Conn
-					for {
-						c, err := ln.Accept()
-						if err != nil {
-							for _, c := range held {
-								c.Close()
-							}
-							return
-						}
-						held = append(held, c) // read nothing, answer never
-					}
-				}()
-				t.Cleanup(func() { ln.Close(); <-accepted })
+				silent := testbackend.StartSilent(t)
 				t.Setenv("OTEL_BSP_EXPORT_TIMEOUT", "200")
-				args = append(args, "-endpoint", ln.Addr().String())
+				args = append(args, "-endpoint", silent.Addr())
 			}
 			if tc.findMax {
 				args = append(args, "-find-max", "-levels", "2")

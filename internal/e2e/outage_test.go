@@ -3,10 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,30 +280,9 @@ func TestExporterOutage(t *testing.T) {
 // and never answers: steps stay fast, spans are dropped and counted, and the
 // default Shutdown deadline (5 s) holds.
 func TestSlowBackend(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns atomic.Int32
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var held []net.Conn
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				for _, c := range held {
-					c.Close()
-				}
-				return
-			}
-			conns.Add(1)
-			held = append(held, c) // accept, read nothing, answer never
-		}
-	}()
-	defer func() { ln.Close(); <-done }()
+	silent := testbackend.StartSilent(t)
 
-	p := newPipeline(t, ln.Addr().String())
+	p := newPipeline(t, silent.Addr())
 	var lat []time.Duration
 	for range 30 {
 		lat = append(lat, p.batch(t, 32)...)
@@ -316,7 +293,7 @@ func TestSlowBackend(t *testing.T) {
 	d := time.Since(t0)
 	produced, exported, dropped := p.bp.Counts()
 	t.Logf("slow backend: %d connections, step p99 %v max %v, shutdown %v, produced %d exported %d dropped %d",
-		conns.Load(), p99(lat), slices.Max(lat), d, produced, exported, dropped)
+		silent.Conns(), p99(lat), slices.Max(lat), d, produced, exported, dropped)
 	if d > 6*time.Second {
 		t.Errorf("Shutdown took %v, want ≤ 5 s (+slack)", d)
 	}
