@@ -176,7 +176,8 @@ func (f *finished) ChildSpanCount() int                         { return int(f.c
 // InstrumentationLibrary is the deprecated form of InstrumentationScope,
 // still part of the interface.
 //
-//nolint:staticcheck // required by sdktrace.ReadOnlySpan
+//lint:ignore SA1019 sdktrace.ReadOnlySpan still requires it
 func (f *finished) InstrumentationLibrary() instrumentation.Library {
-	return instrumentation.Library(f.h.src.Scope) //nolint:staticcheck // as above
+	//lint:ignore SA1019 as above
+	return instrumentation.Library(f.h.src.Scope)
 }

@@ -93,7 +93,8 @@ func compareSpan(t *testing.T, i int, got, want sdktrace.ReadOnlySpan) {
 		{"links", len(got.Links()), len(want.Links())},
 		{"status", got.Status(), want.Status()},
 		{"scope", got.InstrumentationScope(), want.InstrumentationScope()},
-		{"library", got.InstrumentationLibrary(), want.InstrumentationLibrary()}, //nolint:staticcheck // part of the interface
+		//lint:ignore SA1019 still part of the interface
+		{"library", got.InstrumentationLibrary(), want.InstrumentationLibrary()},
 		{"resource", got.Resource().Equivalent(), want.Resource().Equivalent()},
 		{"dropped", [3]int{got.DroppedAttributes(), got.DroppedEvents(), got.DroppedLinks()}, [3]int{want.DroppedAttributes(), want.DroppedEvents(), want.DroppedLinks()}},
 		{"children", got.ChildSpanCount(), want.ChildSpanCount()},
