@@ -16,9 +16,10 @@ import (
 //
 //	op bits 0-1  request index (mod 2 or 3 ids)
 //	op bits 2-3  0: Record one update; 1: the same through the Request
-//	             handle (Arrive for ARRIVED); 2: a Step whose c%4+1 entries are
-//	             the following groups; 3: Sweep / Flush / far Sweep /
-//	             scheduler stats (by a%4)
+//	             handle (Arrive for ARRIVED, Detokenized for a frontend
+//	             DETOKENIZED); 2: a Step whose c%4+1 entries are the
+//	             following groups (an entry's op bit 2: by handle); 3: Sweep
+//	             / Flush / far Sweep / scheduler stats (by a%4)
 //	op bits 4-5  model: "", "m0", "m1", "" (ARRIVED: "m0", "m0", "m1", "")
 //	op bits 6-7  side: auto, frontend, engine, invalid
 //	a            kind a%10 (0 and 9 are invalid kinds)
@@ -127,17 +128,32 @@ func runFuzzSequenceH(t *testing.T, data []byte, inspect func(*harness)) {
 				op2, a2, b2, c2 := data[0], data[1], data[2], data[3]
 				data = data[4:]
 				id2 := f.ids[int(op2&3)%len(f.ids)]
+				// op2 bit 2: name the request by the handle its last
+				// Arrive returned (it may have finished since, or be a
+				// rejected arrival's), when there is one.
+				var q2 *Request
+				if op2&4 != 0 {
+					q2 = f.handles[id2]
+				}
 				switch a2 % 6 {
 				case 0:
-					s.Queued = append(s.Queued, id2)
+					if q2 != nil {
+						s.QueuedReqs = append(s.QueuedReqs, q2)
+					} else {
+						s.Queued = append(s.Queued, id2)
+					}
 				case 1:
-					s.Preempted = append(s.Preempted, id2)
+					if q2 != nil {
+						s.PreemptedReqs = append(s.PreemptedReqs, q2)
+					} else {
+						s.Preempted = append(s.Preempted, id2)
+					}
 				case 2:
-					s.Scheduled = append(s.Scheduled, Scheduled{RequestID: id2, ComputedTokens: int(c2) - 5, CachedTokens: int(c2 >> 2)})
+					s.Scheduled = append(s.Scheduled, Scheduled{Req: q2, RequestID: id2, ComputedTokens: int(c2) - 5, CachedTokens: int(c2 >> 2)})
 				case 3:
-					s.Decoded = append(s.Decoded, Decoded{RequestID: id2, NewTokens: int(c2%5) - 1})
+					s.Decoded = append(s.Decoded, Decoded{Req: q2, RequestID: id2, NewTokens: int(c2%5) - 1})
 				case 4:
-					s.Finished = append(s.Finished, Finished{RequestID: id2, Reason: fzReasons[c2%5]})
+					s.Finished = append(s.Finished, Finished{Req: q2, RequestID: id2, Reason: fzReasons[c2%5]})
 				case 5:
 					s.Stats = &SchedulerStats{Running: int(b2), Waiting: int(c2), KVCacheUsage: float64(b2) / 255}
 				}
@@ -207,6 +223,9 @@ func runFuzzSequenceH(t *testing.T, data []byte, inspect func(*harness)) {
 					t.Fatal("Arrive returned a nil handle")
 				}
 				f.handles[id] = q
+			case op>>2&3 == fzHandle && q != nil && kind == KindDetokenized && u.Side <= SideFrontend:
+				// The delivery's own fast path.
+				f.checkErr(q.Detokenized(u.Time, u.NumNewTokens, u.Busy), 1)
 			case op>>2&3 == fzHandle && q != nil:
 				f.checkErr(q.Record(u), 1)
 			default:
