@@ -41,10 +41,11 @@ type shard struct {
 // Tracker turns lifecycle updates into RequestStats, span trees and metrics.
 //
 // A Tracker is safe for concurrent use by any number of frontend goroutines
-// and engine loops: requests are spread over shards with their own locks, so
-// goroutines working on different requests rarely meet. Recording never
-// blocks on export: span trees go to the TracerProvider's span processor
-// (use a batching one) and metrics to the MeterProvider. The zero Tracker is
+// and engine loops: each request has its own lock, and the id maps are
+// spread over shards with theirs, so goroutines working on different
+// requests do not meet. Recording never blocks on export: span trees go to
+// a span processor (the TracerProvider's, or WithSpanProcessor's; use a
+// batching one) and metrics to the MeterProvider or the Aggregator. The zero Tracker is
 // not usable; create one with NewTracker and end it with Shutdown.
 type Tracker struct {
 	cfg    config
