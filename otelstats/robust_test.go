@@ -363,3 +363,30 @@ func TestTimeMapping(t *testing.T) {
 		}
 	}
 }
+
+// TestStepForeignHandles: a Step naming a handle from another tracker, a
+// rejected arrival's handle or a zero Request rejects that entry (counted,
+// typed) and records nothing anywhere else.
+func TestStepForeignHandles(t *testing.T) {
+	h, other := newHarness(t), newHarness(t)
+	foreign, err := other.tr.Arrive(context.Background(), "f", Arrival{Time: at(0), Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected, err := h.tr.Arrive(context.Background(), "", Arrival{Time: at(0), Model: "m"})
+	if err == nil {
+		t.Fatal("empty id accepted")
+	}
+	for name, q := range map[string]*Request{"foreign": foreign, "rejected arrival": rejected, "zero": {}} {
+		err := h.tr.Step(&Step{Time: at(1), QueuedReqs: []*Request{q}, Decoded: []Decoded{{Req: q}}})
+		var re *RejectError
+		if !errors.As(err, &re) || re.Reason != ReasonUnknownRequest {
+			t.Errorf("%s: %v, want unknown_request", name, err)
+		}
+	}
+	// The other tracker's request saw nothing: its next update is still
+	// the first engine update.
+	if err := other.tr.Step(&Step{Time: at(2), QueuedReqs: []*Request{foreign}}); err != nil {
+		t.Errorf("the foreign request was touched: %v", err)
+	}
+}

@@ -129,8 +129,10 @@ func (t *Tracker) stepUpdate(u *Update, q *Request, ns int64, errs []error) []er
 	switch {
 	case q == nil:
 		err = t.record(u, ns)
-	case q.r == nil || q.t != t:
-		err = q.Record(*u) // the handle's own rejection
+	case q.t != t:
+		err = t.rejected(reject(u, SideEngine, ReasonUnknownRequest, "the handle is not this tracker's"))
+	case q.r == nil:
+		err = t.rejected(reject(u, SideEngine, ReasonUnknownRequest, "the request's arrival was rejected"))
 	default:
 		err = t.recordReq(q.r, u)
 	}
