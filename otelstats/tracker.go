@@ -45,8 +45,9 @@ type shard struct {
 // spread over shards with theirs, so goroutines working on different
 // requests do not meet. Recording never blocks on export: span trees go to
 // a span processor (the TracerProvider's, or WithSpanProcessor's; use a
-// batching one) and metrics to the MeterProvider or the Aggregator. The zero Tracker is
-// not usable; create one with NewTracker and end it with Shutdown.
+// batching one) and metrics to the MeterProvider or the Aggregator. The
+// zero Tracker is not usable; create one with NewTracker and end it with
+// Shutdown.
 type Tracker struct {
 	cfg    config
 	tracer trace.Tracer
