@@ -125,3 +125,50 @@ func ExampleTracker_Step() {
 	// b length: ttft=21ms tpot=5ms queue=10ms e2e=31ms tokens=?/3 preemptions=0
 	// a stop: ttft=11ms tpot=20ms queue=0ms e2e=51ms tokens=?/3 preemptions=1
 }
+
+// The fast setup: an engine names its requests by handle in each Step, the
+// finished span trees go straight to the span processor, and the latency
+// histograms and counters are merged in an Aggregator that the metric
+// reader collects.
+func ExampleWithSpanProcessor() {
+	ctx := context.Background()
+	rec := tracetest.NewSpanRecorder() // stands in for a batch processor
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	agg := otelstats.NewAggregator()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader(sdkmetric.WithProducer(agg))))
+	tr, err := otelstats.NewTracker(
+		otelstats.WithTracerProvider(tp),
+		otelstats.WithMeterProvider(mp),
+		otelstats.WithAggregator(agg),
+		otelstats.WithSpanProcessor(rec),
+		otelstats.WithOnFinish(printStats),
+	)
+	if err != nil {
+		panic(err)
+	}
+	defer tr.Shutdown(ctx)
+
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	q, _ := tr.Arrive(ctx, "req-1", otelstats.Arrival{Time: ms(0), Model: "llama-3-8b"})
+	_ = q.InputProcessed(ms(1), 12, nil)
+
+	// The engine loop reuses one Step and names the request by its handle.
+	step := &otelstats.Step{Time: ms(2), QueuedReqs: []*otelstats.Request{q}}
+	_ = tr.Step(step)
+	*step = otelstats.Step{Time: ms(5), Scheduled: []otelstats.Scheduled{{Req: q, ComputedTokens: 12}}}
+	_ = tr.Step(step)
+	for _, at := range []int{20, 30, 40} {
+		*step = otelstats.Step{Time: ms(at), Decoded: []otelstats.Decoded{{Req: q}}}
+		_ = tr.Step(step)
+		_ = q.Detokenized(ms(at+1), 1, 0)
+	}
+	*step = otelstats.Step{Time: ms(40), Finished: []otelstats.Finished{{Req: q, Reason: otelstats.FinishStop}}}
+	_ = tr.Step(step)
+	_ = q.Finish(ms(42), otelstats.FinishStop)
+
+	fmt.Println(len(rec.Ended()), "spans, no Tracer involved:", len(rec.Started()) == 0)
+	// Output:
+	// req-1 stop: ttft=21ms tpot=10ms queue=3ms e2e=42ms tokens=12/3 preemptions=0
+	// 6 spans, no Tracer involved: true
+}
