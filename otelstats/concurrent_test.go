@@ -2,8 +2,10 @@ package otelstats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,4 +79,125 @@ func TestConcurrentRequests(t *testing.T) {
 	if n := len(h.rec.Ended()); n != workers*perWorker*6 { // root + input, queue, prefill, decode, detokenize
 		t.Errorf("%d spans, want %d", n, workers*perWorker*6)
 	}
+}
+
+// TestConcurrentHandlesChaos: real time, real goroutines. Frontends arrive
+// (reusing ids), deliver and sometimes finish or vanish; one engine loop
+// steps every running request by handle, preempts and finishes some;
+// auto-sweeps end grace waits and abandon idle requests; Shutdown comes
+// while all of it still runs. Every accepted arrival must be finalized
+// exactly once, every error must be a typed rejection, and nothing may stay
+// in flight. Under -race this checks the per-request locking.
+func TestConcurrentHandlesChaos(t *testing.T) {
+	var finished atomic.Int64
+	tr, err := NewTracker(
+		WithFrontendGrace(3*time.Millisecond), WithRequestTTL(40*time.Millisecond),
+		WithAutoSweep(time.Millisecond), WithMaxInFlight(64),
+		WithOnFinish(func(*RequestStats) { finished.Add(1) }),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var arrived atomic.Int64
+	typed := func(err error) {
+		if err != nil && !errors.Is(err, ErrRejected) {
+			t.Errorf("untyped error: %v", err)
+		}
+	}
+	stepErr := func(err error) {
+		if err == nil {
+			return
+		}
+		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+			typed(e)
+		}
+	}
+	stop := make(chan struct{})
+	toEngine := make(chan *Request, 256)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				q, err := tr.Arrive(context.Background(), fmt.Sprintf("f%d-%d", w, i%8), Arrival{Time: time.Now(), Model: "m"})
+				typed(err)
+				if err != nil {
+					continue
+				}
+				arrived.Add(1)
+				typed(q.InputProcessed(time.Now(), 16, nil))
+				select {
+				case toEngine <- q:
+				default: // the engine is busy: this one never gets scheduled
+				}
+				for range i % 5 {
+					typed(q.Detokenized(time.Now(), 1, 0))
+				}
+				switch i % 4 {
+				case 0, 1:
+					typed(q.Finish(time.Now(), FinishStop))
+				case 2:
+					typed(q.Abort(time.Now()))
+				} // 3: vanish; the engine's finish, the grace or the TTL ends it
+			}
+		})
+	}
+	wg.Go(func() {
+		var running []*Request
+		st := &Step{}
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			*st = Step{Time: time.Now(), QueuedReqs: st.QueuedReqs[:0], PreemptedReqs: st.PreemptedReqs[:0],
+				Scheduled: st.Scheduled[:0], Decoded: st.Decoded[:0], Finished: st.Finished[:0]}
+		drain:
+			for {
+				select {
+				case q := <-toEngine:
+					st.QueuedReqs = append(st.QueuedReqs, q)
+					st.Scheduled = append(st.Scheduled, Scheduled{Req: q, ComputedTokens: 16})
+					running = append(running, q)
+				default:
+					break drain
+				}
+			}
+			keep := running[:0]
+			for i, q := range running {
+				switch {
+				case (n+i)%7 == 0:
+					st.Finished = append(st.Finished, Finished{Req: q, Reason: FinishLength})
+				case (n+i)%11 == 0:
+					st.PreemptedReqs = append(st.PreemptedReqs, q)
+				default:
+					st.Decoded = append(st.Decoded, Decoded{Req: q, NewTokens: 1})
+					keep = append(keep, q)
+				}
+			}
+			running = keep
+			stepErr(tr.Step(st))
+		}
+	})
+	time.Sleep(300 * time.Millisecond)
+	shutdownDone := make(chan error)
+	go func() { shutdownDone <- tr.Shutdown(context.Background()) }()
+	time.Sleep(20 * time.Millisecond) // record against a closing tracker for a while
+	close(stop)
+	wg.Wait()
+	if err := <-shutdownDone; err != nil {
+		t.Fatal(err)
+	}
+	if n := tr.InFlight(); n != 0 {
+		t.Fatalf("InFlight = %d after Shutdown", n)
+	}
+	if a, f := arrived.Load(), finished.Load(); a != f || a == 0 {
+		t.Fatalf("%d arrivals accepted, %d finalized", a, f)
+	}
+	t.Logf("%d requests, each finalized once", arrived.Load())
 }

@@ -227,6 +227,10 @@ func (t *Tracker) record(u *Update, ns int64) error {
 			sh.mu.Unlock()
 			return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 		}
+		if t.closed.Load() { // as in arrive: nothing held once Shutdown has flushed
+			sh.mu.Unlock()
+			return t.rejected(reject(u, side, ReasonClosed, "the tracker is shut down"))
+		}
 		if int(t.held.Load()) >= t.cfg.maxHeld {
 			sh.mu.Unlock()
 			return t.rejected(reject(u, side, ReasonOverloaded, "too many updates waiting for their ARRIVED"))
@@ -296,6 +300,14 @@ func (t *Tracker) rejected(e *RejectError) error {
 func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqState, error) {
 	sh := t.shardFor(u.RequestID)
 	sh.mu.Lock()
+	if t.closed.Load() {
+		// Checked again under the shard's lock: Shutdown marks the tracker
+		// closed before it collects each shard's requests, so an arrival
+		// either lands before that shard is collected or is refused here —
+		// none can slip in after and stay in flight forever.
+		sh.mu.Unlock()
+		return nil, t.rejected(reject(u, SideFrontend, ReasonClosed, "the tracker is shut down"))
+	}
 	var ended *reqState
 	for c := sh.reqs[u.RequestID]; c != nil; c = c.next {
 		if c.scope != u.Scope || c.model != u.Model {
