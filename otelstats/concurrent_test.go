@@ -83,7 +83,8 @@ func TestConcurrentRequests(t *testing.T) {
 
 // TestConcurrentHandlesChaos: real time, real goroutines. Frontends arrive
 // (reusing ids), deliver and sometimes finish or vanish; one engine loop
-// steps every running request by handle, preempts and finishes some;
+// steps every running request by handle (a third by id), preempts and
+// finishes some;
 // auto-sweeps end grace waits and abandon idle requests; Shutdown comes
 // while all of it still runs. Every accepted arrival must be finalized
 // exactly once, every error must be a typed rejection, and nothing may stay
@@ -175,6 +176,11 @@ func TestConcurrentHandlesChaos(t *testing.T) {
 					st.Finished = append(st.Finished, Finished{Req: q, Reason: FinishLength})
 				case (n+i)%11 == 0:
 					st.PreemptedReqs = append(st.PreemptedReqs, q)
+				case (n+i)%3 == 0:
+					// By id: the lookup path, racing finishes by handle
+					// (and maybe finding a newer request with the id).
+					st.Decoded = append(st.Decoded, Decoded{RequestID: q.ID(), NewTokens: 1})
+					keep = append(keep, q)
 				default:
 					st.Decoded = append(st.Decoded, Decoded{Req: q, NewTokens: 1})
 					keep = append(keep, q)
