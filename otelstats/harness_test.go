@@ -469,27 +469,18 @@ func (h *harness) rejects(r Reason) int64 {
 	return h.counter(attributes.MetricRejectedUpdates, attributes.RejectionReason.String(string(r)))
 }
 
-// gauge returns the last value of an int64 gauge.
-func (h *harness) gaugeInt(name string) (int64, bool) {
-	h.t.Helper()
-	d, ok := h.metrics()[name]
-	if !ok {
-		return 0, false
-	}
-	ps := d.(metricdata.Gauge[int64]).DataPoints
-	if len(ps) == 0 {
-		return 0, false
-	}
-	return ps[0].Value, true
-}
+// gaugeInt and gaugeFloat return the last value of a gauge.
+func (h *harness) gaugeInt(name string) (int64, bool) { return gaugeOf[int64](h, name) }
 
-func (h *harness) gaugeFloat(name string) (float64, bool) {
+func (h *harness) gaugeFloat(name string) (float64, bool) { return gaugeOf[float64](h, name) }
+
+func gaugeOf[N int64 | float64](h *harness, name string) (N, bool) {
 	h.t.Helper()
 	d, ok := h.metrics()[name]
 	if !ok {
 		return 0, false
 	}
-	ps := d.(metricdata.Gauge[float64]).DataPoints
+	ps := d.(metricdata.Gauge[N]).DataPoints
 	if len(ps) == 0 {
 		return 0, false
 	}

@@ -64,11 +64,8 @@ func collect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			"llmtrace replay.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parseFlags(fs, args, 2); !ok {
+		return code
 	}
 	if len(listen) == 0 && *httpAddr == "" || fs.NArg() > 0 {
 		fs.Usage()

@@ -9,6 +9,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,6 +34,19 @@ func untilSignal(run func(ctx context.Context, args []string, stdin io.Reader, s
 		defer stop()
 		return run(ctx, args, stdin, stdout, stderr)
 	}
+}
+
+// parseFlags parses a subcommand's arguments. When it returns false the
+// subcommand ends with code: 0 for -h, bad otherwise (the flag package has
+// already said why).
+func parseFlags(fs *flag.FlagSet, args []string, bad int) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return bad, false
+	}
+	return 0, true
 }
 
 // commands is filled by each subcommand's file in an init function.

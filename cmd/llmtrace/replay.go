@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,11 +34,8 @@ func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: llmtrace replay [flags] FILE|-\n\nReads the update log (one JSON update per line) and writes one RequestStats\nJSON object per finished request to stdout, a summary to stderr.\nExit status: 0 ok, 2 some lines were rejected, 1 the input could not be read.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 1
+	if code, ok := parseFlags(fs, args, 1); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
