@@ -17,8 +17,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 
 	"github.com/llmtrace/llmtrace/batch"
-	"github.com/llmtrace/llmtrace/internal/loadgen"
 	"github.com/llmtrace/llmtrace/e2e/testbackend"
+	"github.com/llmtrace/llmtrace/internal/loadgen"
 	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/spans"
 )

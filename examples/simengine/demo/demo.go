@@ -21,9 +21,9 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/llmtrace/llmtrace/examples/simengine/waterfall"
 	"github.com/llmtrace/llmtrace/examples/simengine/internal/workload"
 	"github.com/llmtrace/llmtrace/examples/simengine/sim"
+	"github.com/llmtrace/llmtrace/examples/simengine/waterfall"
 	"github.com/llmtrace/llmtrace/internal/summary"
 	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
