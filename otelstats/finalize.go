@@ -54,6 +54,7 @@ func tm(ns int64) time.Time {
 // (abandoned, evicted, unfinished) rather than a FINISHED update.
 func (t *Tracker) finalize(r *reqState, override string) {
 	t.inflight.Add(-1)
+	t.settleDeliveries(r, math.MaxInt64) // no engine update comes any more
 	tb := t.trees.Get().(*treeBuf)
 	defer t.trees.Put(tb)
 
@@ -150,6 +151,9 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 		first, s.NumOutputTokens = r.feFirst, int(r.feTokens)
 	case r.enDeliv > 0:
 		first, s.NumOutputTokens = r.enFirst, int(r.enTokens)
+	case r.feOneShot > 0:
+		// Delivered in one piece: counted, but no token has a time.
+		s.NumOutputTokens = int(r.feOneShot)
 	}
 	// SPEC §3: the values of §2 are the instants that bound the span tree,
 	// whose children lie inside the root [ARRIVED, FINISHED]. Clamp each

@@ -566,7 +566,14 @@ func TestRequestHandle(t *testing.T) {
 
 	t.Run("Abort", func(t *testing.T) {
 		q, _ := h.tr.Arrive(ctx, "h2", Arrival{Time: at(0), Model: "m", Operation: "embeddings"})
-		mustNil(q.Abort(at(5))) // no engine reported: ends at once
+		mustNil(q.Abort(at(5)))
+		// The engine is present (it reported for h1 a moment ago), so
+		// the request waits, within the grace, for its late updates
+		// (SPEC §1); the log's end ends the wait.
+		if len(h.stats) != 1 {
+			t.Fatal("the abort did not wait for the present engine")
+		}
+		h.tr.Flush()
 		s := h.statsOf("h2")
 		checkStats(t, s, wantStats{reason: "abort", errType: "abort", finished: 5, e2e: 5,
 			queue: absent, ttft: absent, prefill: absent, decode: absent, inference: absent, tpot: absent,
@@ -580,6 +587,7 @@ func TestRequestHandle(t *testing.T) {
 		q, _ := h.tr.Arrive(ctx, "h3", Arrival{Time: at(0), Model: "m"})
 		mustNil(q.InputProcessed(at(1), 3, nil))
 		mustNil(q.Fail(at(3), "timeout"))
+		h.tr.Flush() // the wait for the present engine, as in Abort
 		s := h.statsOf("h3")
 		if s.FinishReason != "error" || s.ErrorType != "timeout" {
 			t.Errorf("finish %q error.type %q", s.FinishReason, s.ErrorType)

@@ -148,7 +148,9 @@ func (p *SamplingParams) IsZero() bool {
 //	DECODING         NumNewTokens (0 means 1)
 //	DETOKENIZED      NumNewTokens (0 is a delivery without tokens), Busy
 //	FINISHED         FinishReason (required), ErrorType (optional),
-//	                 NumPromptTokens (optional, when INPUT_PROCESSED gave none)
+//	                 NumPromptTokens (optional, when INPUT_PROCESSED gave none),
+//	                 NumOutputTokens (optional, frontend: a response
+//	                 delivered in one piece, see below)
 type Update struct {
 	RequestID string
 	Kind      Kind
@@ -165,6 +167,13 @@ type Update struct {
 	NumComputedTokens int
 	NumCachedTokens   int
 	NumNewTokens      int
+	// NumOutputTokens, on the frontend's FINISHED, is the size of an output
+	// delivered in one piece rather than streamed (a non-streamed HTTP
+	// response's usage): the tokens count, but they have no token times,
+	// so TTFT, TPOT, ITL, prefill and decode stay absent (SPEC §2) unless
+	// the engine's DECODING times stand in. Ignored when the frontend
+	// delivered tokens with DETOKENIZED.
+	NumOutputTokens int
 	// Busy is the time the detokenizer spent on this delivery, if known.
 	Busy         time.Duration
 	FinishReason string
