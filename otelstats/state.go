@@ -106,9 +106,9 @@ type reqExtra struct {
 	parent     trace.SpanContext
 	feITLs     []time.Duration
 	enITLs     []time.Duration
-	steps      []stepRec // DetailSteps and up: engine decode steps
+	steps      []stepRec  // DetailSteps and up: engine decode steps
 	pending    []delivery // frontend deliveries whose run may not be known yet
-	deliveries []int64   // DetailTokens: frontend token deliveries
+	deliveries []int64    // DetailTokens: frontend token deliveries
 	// Captured content (ContentCapture only): already redacted and capped.
 	input, output string
 }
