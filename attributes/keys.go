@@ -65,6 +65,9 @@ const (
 	RejectionReason attribute.Key = "llm.rejection.reason"
 	ClampedSpans    attribute.Key = "llm.spans.clamped"
 	SamplingReason  attribute.Key = "llm.sampling.reason"
+	// TruncatedKey names the attribute whose value was cut
+	// (llm.attributes.truncated).
+	TruncatedKey attribute.Key = "llm.truncated.key"
 
 	// DecodeTokenOffsets are a decode segment's token delivery times in
 	// microseconds from the segment's start (detail level 3).

@@ -48,6 +48,9 @@ const (
 	MetricSpansDropped     = "llm.spans.dropped"
 	MetricSpansClamped     = "llm.spans.clamped"
 	MetricRequestsEvicted  = "llm.server.requests.evicted"
+	// MetricAttributesTruncated counts client-supplied strings cut at
+	// their cap before they became attributes, by llm.truncated.key.
+	MetricAttributesTruncated = "llm.attributes.truncated"
 )
 
 // Units, in UCUM as the conventions use them.

@@ -4,6 +4,11 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/llmtrace/llmtrace/attributes"
 )
 
 // check validates what can be validated without the request's state, and
@@ -30,9 +35,8 @@ func check(u *Update) (Side, *RejectError) {
 	case own != SideAuto && side != own:
 		return side, reject(u, side, ReasonWrongSide, u.Kind.String()+" is recorded by the "+own.String())
 	}
-	if len(u.Model) > MaxModelLength || len(u.Scope) > MaxNameLength || len(u.Operation) > MaxNameLength ||
-		len(u.FinishReason) > MaxNameLength || len(u.ErrorType) > MaxNameLength {
-		return side, reject(u, side, ReasonTooLong, "model, scope, operation, finish reason or error type too long")
+	if len(u.Scope) > MaxNameLength {
+		return side, reject(u, side, ReasonTooLong, "scope longer than "+strconv.Itoa(MaxNameLength)+" bytes")
 	}
 	if u.Time.IsZero() || u.Time.Before(minTime) || u.Time.After(maxTime) {
 		return side, reject(u, side, ReasonBadTimestamp, "time must lie between 1970 and 2200")
@@ -162,7 +166,7 @@ func (t *Tracker) apply(r *reqState, u *Update, side Side, ns int64) (bool, *Rej
 		r.prompt = int32(u.NumPromptTokens)
 		if !u.Sampling.IsZero() {
 			sp := *u.Sampling // the caller may reuse its value
-			sp.Stop = append([]string(nil), sp.Stop...)
+			sp.Stop = t.capStops(sp.Stop)
 			r.ext().sampling = &sp
 		}
 	case KindQueued:
@@ -413,4 +417,50 @@ func (r *reqState) attribute(ns int64, n int32) {
 		return
 	}
 	r.preRunFE += n
+}
+
+// capNames cuts u's client-supplied names at their caps, counting each cut
+// (see MaxModelLength). Identities are left for check to reject.
+func (t *Tracker) capNames(u *Update) {
+	t.capString(&u.Model, MaxModelLength, attributes.RequestModel)
+	t.capString(&u.Operation, MaxNameLength, attributes.OperationName)
+	t.capString(&u.FinishReason, MaxNameLength, attributes.FinishReasons)
+	t.capString(&u.ErrorType, MaxNameLength, attributes.ErrorType)
+}
+
+func (t *Tracker) capString(s *string, n int, key attribute.Key) {
+	if len(*s) > n {
+		*s = cutUTF8(*s, n)
+		t.inst.countTruncated(key)
+	}
+}
+
+// capStops copies a request's stop sequences, at most MaxStopSequences of
+// at most MaxStopLength bytes each: a 5 MiB stop string must not make the
+// trace too large to export (issue 12.6).
+func (t *Tracker) capStops(stops []string) []string {
+	if len(stops) == 0 {
+		return nil
+	}
+	if len(stops) > MaxStopSequences {
+		stops = stops[:MaxStopSequences]
+		t.inst.countTruncated(attributes.RequestStopSequences)
+	}
+	out := make([]string, len(stops))
+	for i, s := range stops {
+		t.capString(&s, MaxStopLength, attributes.RequestStopSequences)
+		out[i] = s
+	}
+	return out
+}
+
+// cutUTF8 is s cut to at most n bytes, not inside a UTF-8 sequence.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -304,6 +304,9 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 			tl.Parent = tl.Parent.WithTraceFlags(tl.Parent.TraceFlags().WithSampled(true))
 		}
 	}
+	if r.extra != nil {
+		tl.Link = r.extra.link
+	}
 	tl.RootOnly = r.detail == DetailRoot
 	tl.Start, tl.End = s.ArrivalTime, s.FinishedTime
 	tl.EngineEnd = tm(r.enFinish)

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/spans"
 )
 
 // The interleaving scenario: each side's updates in its own order.
@@ -611,4 +612,25 @@ func TestRequestHandle(t *testing.T) {
 			t.Error("rejected handle has an id or span context")
 		}
 	})
+}
+
+// Arrival.Link: the root starts a trace of its own and links to the given
+// span (an untrusted caller's) instead of joining its trace.
+func TestArrivalLink(t *testing.T) {
+	h := newHarness(t)
+	caller := trace.NewSpanContext(trace.SpanContextConfig{TraceID: spans.NewTraceID(), SpanID: spans.NewSpanID(), Remote: true})
+	q, err := h.tr.Arrive(context.Background(), "l", Arrival{Time: at(0), Model: "m", Link: caller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Finish(at(3), "stop"); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := h.treeOf(h.statsOf("l"))
+	if root.SpanContext().TraceID() == caller.TraceID() || root.Parent().IsValid() {
+		t.Fatalf("root %v parent %v joined the caller's trace", root.SpanContext(), root.Parent())
+	}
+	if ls := root.Links(); len(ls) != 1 || !ls[0].SpanContext.Equal(caller) {
+		t.Fatalf("root links %v, want one to %v", ls, caller)
+	}
 }

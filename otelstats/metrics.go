@@ -18,6 +18,7 @@ type instruments struct {
 	running, waiting                     metric.Int64Gauge
 	kvUsage                              metric.Float64Gauge
 	rejected, dropped, clamped, evicted  metric.Int64Counter
+	truncated                            metric.Int64Counter
 
 	mu      sync.Mutex
 	sets    map[attrKey]*attrSets
@@ -82,6 +83,7 @@ func newInstruments(mp metric.MeterProvider, ownHistograms bool) (*instruments, 
 	counter(&in.dropped, attributes.MetricSpansDropped, attributes.UnitSpan, "Spans that could not be exported.")
 	counter(&in.clamped, attributes.MetricSpansClamped, attributes.UnitSpan, "Spans clamped into their root because of clock skew.")
 	counter(&in.evicted, attributes.MetricRequestsEvicted, attributes.UnitRequest, "Requests evicted at the in-flight cap.")
+	counter(&in.truncated, attributes.MetricAttributesTruncated, "{attribute}", "Client-supplied strings cut at their cap.")
 	if err != nil {
 		return nil, err
 	}
@@ -132,6 +134,11 @@ func (in *instruments) attrs(op, model, reason, errType string) *attrSets {
 	}
 	in.mu.Unlock()
 	return s
+}
+
+// countTruncated counts a value of key cut at its cap.
+func (in *instruments) countTruncated(key attribute.Key) {
+	in.truncated.Add(context.Background(), 1, metric.WithAttributes(attributes.TruncatedKey.String(string(key))))
 }
 
 func (in *instruments) countReject(r Reason) {

@@ -19,6 +19,10 @@ type Arrival struct {
 	// decide sampling, as WithTrustParentSampling does for all requests:
 	// for integrations that know per request whether the caller is trusted.
 	TrustParent bool
+	// Link, when valid, is a span the root span links to without joining
+	// its trace: an untrusted caller's, whose trace id the request must
+	// not adopt, stays reachable from the request's own new trace.
+	Link trace.SpanContext
 }
 
 // Request is a frontend's handle on one in-flight request. Its methods
@@ -40,11 +44,12 @@ type Request struct {
 // that return the same rejection, so callers need no nil checks on the hot
 // path.
 func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, error) {
-	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail, trustParent: a.TrustParent}
+	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail, trustParent: a.TrustParent, link: a.Link}
 	if t.closed.Load() {
 		return &Request{t: t}, t.rejected(reject(&u, SideFrontend, ReasonClosed, "the tracker is shut down"))
 	}
 	ns := t.ns(a.Time)
+	t.capNames(&u)
 	_, rerr := check(&u)
 	if rerr == nil {
 		rerr = t.aheadReject(&u, SideFrontend, ns)
@@ -162,6 +167,7 @@ func (t *Tracker) recordReq(r *reqState, u *Update) error {
 		return t.rejected(reject(u, u.Side, ReasonClosed, "the tracker is shut down"))
 	}
 	ns := t.ns(u.Time)
+	t.capNames(u)
 	side, rerr := check(u)
 	if rerr == nil {
 		rerr = t.aheadReject(u, side, ns)

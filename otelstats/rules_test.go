@@ -95,8 +95,7 @@ func TestRejections(t *testing.T) {
 		{"kind nine", false, 4, Update{RequestID: "r", Kind: 9, Time: at(9)}, ReasonUnknownKind},
 		{"missing request id", false, 4, Update{Kind: KindDecoding, Time: at(9)}, ReasonMissingRequestID},
 		{"id too long", false, 4, Update{RequestID: long, Kind: KindDecoding, Time: at(9)}, ReasonTooLong},
-		{"model too long", false, 4, Update{RequestID: "r2", Kind: KindArrived, Time: at(9), Model: strings.Repeat("m", MaxModelLength+1)}, ReasonTooLong},
-		{"finish reason too long", false, 8, Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(32), FinishReason: strings.Repeat("s", MaxNameLength+1)}, ReasonTooLong},
+		{"scope too long", false, 4, Update{RequestID: "r2", Kind: KindArrived, Time: at(9), Model: "m", Scope: strings.Repeat("s", MaxNameLength+1)}, ReasonTooLong},
 
 		// Bad timestamps.
 		{"zero time", false, 4, Update{RequestID: "r", Kind: KindDecoding}, ReasonBadTimestamp},

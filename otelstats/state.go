@@ -104,6 +104,7 @@ type chunkEvent struct {
 type reqExtra struct {
 	sampling   *SamplingParams
 	parent     trace.SpanContext
+	link       trace.SpanContext // Arrival.Link
 	feITLs     []time.Duration
 	enITLs     []time.Duration
 	steps      []stepRec  // DetailSteps and up: engine decode steps

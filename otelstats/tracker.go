@@ -213,6 +213,7 @@ func (t *Tracker) record(u *Update, ns int64) error {
 	if t.closed.Load() {
 		return t.rejected(reject(u, u.Side, ReasonClosed, "the tracker is shut down"))
 	}
+	t.capNames(u)
 	side, rerr := check(u)
 	if rerr == nil {
 		rerr = t.aheadReject(u, side, ns)
@@ -372,6 +373,9 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 	r.trusted = u.trustParent || t.cfg.trustParent
 	if r.detail == DetailInherit {
 		r.detail = t.cfg.detail
+	}
+	if u.link.IsValid() {
+		r.ext().link = u.link
 	}
 	if parent.IsValid() {
 		r.ext().parent = parent

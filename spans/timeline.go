@@ -19,6 +19,9 @@ type Timeline struct {
 	SpanID  trace.SpanID
 	// Parent is an incoming remote parent (from traceparent), if any.
 	Parent trace.SpanContext
+	// Link, when valid, is a span the root links to without joining its
+	// trace: an untrusted caller's (see otelstats.Arrival.Link).
+	Link trace.SpanContext
 
 	Start time.Time // ARRIVED
 	End   time.Time // the request's FINISHED (the frontend's when both report)
