@@ -25,6 +25,10 @@ const (
 	// minute leaves room for a slow, loaded producer and still stops a
 	// skewed one.
 	DefaultMaxClockAhead = time.Minute
+	// DefaultProviderName is gen_ai.provider.name when WithProviderName is
+	// not given. The conventions' well-known values name hosted APIs
+	// (openai, aws.bedrock, …); a self-hosted server names itself.
+	DefaultProviderName = "llmtrace"
 )
 
 type config struct {
@@ -50,6 +54,7 @@ type config struct {
 	onReject       func(*RejectError)
 	autoSweep      time.Duration
 	maxAhead       time.Duration
+	provider       string
 
 	sampling    *SamplingPolicy
 	trustParent bool
@@ -68,6 +73,7 @@ func newConfig(opts []Option) config {
 		maxHeld:       DefaultMaxHeld,
 		maxModels:     DefaultMaxModels,
 		maxAhead:      DefaultMaxClockAhead,
+		provider:      DefaultProviderName,
 	}
 	for _, o := range opts {
 		o.apply(&c)
@@ -257,6 +263,19 @@ func WithMaxClockAhead(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d > 0 {
 			c.maxAhead = d
+		}
+	})
+}
+
+// WithProviderName sets gen_ai.provider.name, which the GenAI conventions
+// require on the root span and the gen_ai.server.* metrics: the serving
+// stack as its clients know it, e.g. "vllm" behind a proxy, or a
+// well-known value such as "openai" for an OpenAI-compatible gateway to
+// OpenAI. Default DefaultProviderName. It is cut at MaxNameLength.
+func WithProviderName(name string) Option {
+	return optionFunc(func(c *config) {
+		if name != "" {
+			c.provider = cutUTF8(name, MaxNameLength)
 		}
 	})
 }

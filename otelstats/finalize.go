@@ -386,6 +386,7 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 	a := tb.attrs[:0]
 	a = append(a,
 		attributes.OperationName.String(r.operation),
+		t.inst.provider,
 		attributes.RequestModel.String(r.model),
 		attributes.RequestID.String(r.id),
 		attributes.UsageOutputTokens.Int(s.NumOutputTokens),
@@ -453,7 +454,9 @@ func appendSampling(a []attribute.KeyValue, p *SamplingParams) []attribute.KeyVa
 	}
 	f(attributes.RequestTemperature, p.Temperature)
 	f(attributes.RequestTopP, p.TopP)
-	i(attributes.RequestTopK, p.TopK)
+	if p.TopK != nil { // a double in the registry
+		a = append(a, attributes.RequestTopK.Float64(float64(*p.TopK)))
+	}
 	i(attributes.RequestMaxTokens, p.MaxTokens)
 	i(attributes.RequestSeed, p.Seed)
 	i(attributes.RequestChoiceCount, p.N)

@@ -20,6 +20,8 @@ type instruments struct {
 	rejected, dropped, clamped, evicted  metric.Int64Counter
 	truncated                            metric.Int64Counter
 
+	provider attribute.KeyValue // gen_ai.provider.name, on every request metric
+
 	mu      sync.Mutex
 	sets    map[attrKey]*attrSets
 	reasons sync.Map // Reason → metric.MeasurementOption
@@ -41,9 +43,9 @@ type attrSets struct {
 	finishedAdd []metric.AddOption    // + finish reason
 }
 
-func newInstruments(mp metric.MeterProvider, ownHistograms bool) (*instruments, error) {
+func newInstruments(mp metric.MeterProvider, ownHistograms bool, provider string) (*instruments, error) {
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
-	in := &instruments{sets: make(map[attrKey]*attrSets)}
+	in := &instruments{sets: make(map[attrKey]*attrSets), provider: attributes.ProviderName.String(provider)}
 	var err error
 	hist := func(dst *metric.Float64Histogram, name, desc string, bounds []float64) {
 		if err != nil || ownHistograms {
@@ -107,7 +109,7 @@ func (in *instruments) attrs(op, model, reason, errType string) *attrSets {
 	in.mu.Lock()
 	s, ok := in.sets[k]
 	if !ok {
-		base := []attribute.KeyValue{attributes.OperationName.String(op), attributes.RequestModel.String(model)}
+		base := []attribute.KeyValue{attributes.OperationName.String(op), in.provider, attributes.RequestModel.String(model)}
 		dur := base
 		if errType != "" {
 			dur = append(append([]attribute.KeyValue(nil), base...), attributes.ErrorType.String(errType))

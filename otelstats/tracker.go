@@ -105,7 +105,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 	if cfg.detail == DetailInherit || cfg.detail > DetailTokens {
 		cfg.detail = DetailTree
 	}
-	inst, err := newInstruments(cfg.mp, cfg.agg != nil)
+	inst, err := newInstruments(cfg.mp, cfg.agg != nil, cfg.provider)
 	if err != nil {
 		return nil, err
 	}
