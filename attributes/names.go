@@ -3,6 +3,10 @@ package attributes
 // Span names (SPEC §3). The root span is named by RootSpanName.
 const (
 	SpanInputProcessing = "llm.input_processing"
+	// SpanHandoff is the request travelling from the frontend to the
+	// engine's scheduler: INPUT_PROCESSED → first QUEUED, when that gap is
+	// not zero.
+	SpanHandoff = "llm.handoff"
 	SpanQueue           = "llm.queue"
 	SpanPrefill         = "llm.prefill"
 	SpanDecode          = "llm.decode"

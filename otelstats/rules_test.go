@@ -413,6 +413,7 @@ func TestEngineTokenAfterFrontendFinished(t *testing.T) {
 	})
 	h.checkTree(s, wantRoot{name: "chat m", start: 0, end: 6, status: codes.Error, statusDesc: "abort"}, []wantSpan{
 		spInput(0, 1, 3),
+		spHandoff(1, 2),
 		spQueue(2, 3, "new"),
 		spPrefill(3, 6, 3, 0, 1, false), // [3,17] clamped
 		spDecode(6, 6, 1, 0),            // [17,20] clamped

@@ -36,7 +36,9 @@ type Timeline struct {
 	InputProcessed time.Time // zero if never reported
 	InputTokens    int       // -1 if unknown
 
-	FirstQueued time.Time // zero if never queued
+	// FirstQueued is the first QUEUED, zero if never queued; after a later
+	// InputProcessed the gap between them is the llm.handoff span.
+	FirstQueued time.Time
 	Runs        []Run
 
 	Detokenize *Detokenize // nil if the frontend delivered nothing

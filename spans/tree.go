@@ -82,6 +82,12 @@ func Build(tl *Timeline, dst *Tree) {
 		}
 	}
 
+	// The handoff to the engine, where a waterfall would otherwise show an
+	// unexplained gap (SPEC §3).
+	if !tl.InputProcessed.IsZero() && tl.FirstQueued.After(tl.InputProcessed) {
+		dst.child(start, end, attributes.SpanHandoff, tl.InputProcessed, tl.FirstQueued)
+	}
+
 	// Waits: the first queueing, then one after every preemption.
 	if !tl.FirstQueued.IsZero() {
 		waitEnd := engineEnd
