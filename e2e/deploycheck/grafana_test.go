@@ -162,9 +162,9 @@ func resolveVariables(t *testing.T, base string, d grafanaDashboard, want map[st
 	t.Helper()
 	vs := &grafanaVars{
 		values: map[string][]string{}, def: map[string]grafanaVar{}, options: map[string][]string{},
-		// A 1m window covers a whole demo run; Grafana's would be
-		// 4 × the scrape interval.
-		builtin: map[string]string{"__rate_interval": "1m", "__interval": "15s", "__range": "15m"},
+		// A 5m window covers a whole demo run and the checks after it;
+		// Grafana's would be 4 × the scrape interval.
+		builtin: map[string]string{"__rate_interval": "5m", "__interval": "15s", "__range": "15m"},
 	}
 	for _, v := range d.Templating.List {
 		vs.def[v.Name] = v

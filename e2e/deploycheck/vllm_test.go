@@ -133,16 +133,16 @@ func vllmStyleQueries(model string) []promQuery {
 		switch m.kind {
 		case "histogram":
 			out = append(out,
-				promQuery{m.name + " p90", fmt.Sprintf(`histogram_quantile(0.9, sum by (le) (rate(%s_bucket%s[1m])))`, m.name, sel)},
-				promQuery{m.name + " mean", fmt.Sprintf(`rate(%s_sum%s[1m]) / rate(%s_count%s[1m])`, m.name, sel, m.name, sel)})
+				promQuery{m.name + " p90", fmt.Sprintf(`histogram_quantile(0.9, sum by (le) (rate(%s_bucket%s[5m])))`, m.name, sel)},
+				promQuery{m.name + " mean", fmt.Sprintf(`rate(%s_sum%s[5m]) / rate(%s_count%s[5m])`, m.name, sel, m.name, sel)})
 		case "counter":
-			out = append(out, promQuery{m.name, fmt.Sprintf(`sum by (engine) (rate(%s_total%s[1m]))`, m.name, sel)})
+			out = append(out, promQuery{m.name, fmt.Sprintf(`sum by (engine) (rate(%s_total%s[5m]))`, m.name, sel)})
 		case "gauge":
 			out = append(out, promQuery{m.name, fmt.Sprintf(`max by (model_name, engine) (%s%s)`, m.name, sel)})
 		}
 	}
 	return append(out, promQuery{"vllm:request_success by finished_reason",
-		fmt.Sprintf(`sum by (finished_reason) (increase(vllm:request_success_total%s[1m]))`, sel)})
+		fmt.Sprintf(`sum by (finished_reason) (increase(vllm:request_success_total%s[5m]))`, sel)})
 }
 
 // TestVLLMRecordingRules reads deploy's rule file: it records exactly the
