@@ -167,6 +167,7 @@ func e2eInstruments() []e2eInstrument {
 	with := func(kv ...attribute.KeyValue) []attribute.KeyValue { return append(slices.Clone(base), kv...) }
 	req := [][]attribute.KeyValue{base}
 	none := [][]attribute.KeyValue{nil}
+	decode := [][]attribute.KeyValue{with(attributes.PDRole.String("decode"))}
 	s, tok := attributes.UnitSeconds, attributes.UnitToken
 	return []e2eInstrument{
 		{attributes.MetricTimeToFirstToken, "histogram", s, attributes.TimeToFirstTokenBuckets(), req},
@@ -193,6 +194,19 @@ func e2eInstruments() []e2eInstrument {
 		{attributes.MetricSpansDropped, "counter", attributes.UnitSpan, nil, none},
 		{attributes.MetricSpansClamped, "counter", attributes.UnitSpan, nil, none},
 		{attributes.MetricRequestsEvicted, "counter", attributes.UnitRequest, nil, none},
+		{attributes.MetricAttributesTruncated, "counter", "{attribute}", nil,
+			[][]attribute.KeyValue{{attributes.TruncatedKey.String(string(attributes.RequestModel))}}},
+		{attributes.MetricKVTransferDuration, "histogram", s, attributes.PhaseDurationBuckets(), decode},
+		{attributes.MetricKVTransferTokens, "counter", tok, nil, decode},
+		{attributes.MetricKVTransferBytes, "counter", attributes.UnitByte, nil, decode},
+		{attributes.MetricKVTransferFailures, "counter", attributes.UnitTransfer, nil, decode},
+		{attributes.MetricSpecDraftTokens, "counter", tok, nil, req},
+		{attributes.MetricSpecAcceptedTokens, "counter", tok, nil, req},
+		{attributes.MetricSpecSteps, "counter", attributes.UnitStep, nil, req},
+		{attributes.MetricSpecAcceptedPerPosition, "counter", tok, nil,
+			[][]attribute.KeyValue{with(attributes.SpecPosition.Int(0)), with(attributes.SpecPosition.Int(1))}},
+		{attributes.MetricSpecAcceptanceRate, "histogram", attributes.UnitRatio, attributes.AcceptanceRateBuckets(), req},
+		{attributes.MetricEncodeDuration, "histogram", s, attributes.PhaseDurationBuckets(), req},
 	}
 }
 
