@@ -24,8 +24,10 @@ const MaxNameLength = 128
 func FromAttributes(name, scope string, start, end time.Time, attrs []attribute.KeyValue) Span {
 	s := Span{Name: name, Scope: scope, Start: start, End: end, Latency: NoLatency(),
 		InputTokens: -1, OutputTokens: -1, CachedTokens: -1, Preemptions: -1}
+	v := new(value)
 	for _, kv := range attrs {
-		s.Set(string(kv.Key), value{kv.Value})
+		v.v = kv.Value
+		s.Set(string(kv.Key), v)
 	}
 	return s
 }
@@ -42,7 +44,7 @@ type Value interface {
 
 type value struct{ v attribute.Value }
 
-func (v value) Float() (float64, bool) {
+func (v *value) Float() (float64, bool) {
 	switch v.v.Type() {
 	case attribute.FLOAT64:
 		return v.v.AsFloat64(), true
@@ -52,7 +54,7 @@ func (v value) Float() (float64, bool) {
 	return 0, false
 }
 
-func (v value) Int() (int64, bool) {
+func (v *value) Int() (int64, bool) {
 	switch v.v.Type() {
 	case attribute.INT64:
 		return v.v.AsInt64(), true
@@ -65,14 +67,14 @@ func (v value) Int() (int64, bool) {
 	return 0, false
 }
 
-func (v value) Str() (string, bool) {
+func (v *value) Str() (string, bool) {
 	if v.v.Type() == attribute.STRING {
 		return v.v.AsString(), true
 	}
 	return "", false
 }
 
-func (v value) FirstStr() (string, bool) {
+func (v *value) FirstStr() (string, bool) {
 	if v.v.Type() == attribute.STRINGSLICE {
 		if ss := v.v.AsStringSlice(); len(ss) > 0 {
 			return ss[0], true

@@ -41,6 +41,11 @@
 //	last token   = first token + time_in_model_decode
 //	FINISHED     = start + e2e (the span's end when e2e is absent)
 //
+// Without a first token, PREFILLING = FINISHED − time_in_model_inference
+// where that key is usable (llmtrace's roots of requests aborted during
+// prefill). Not for vLLM, whose inference then comes from unset
+// timestamps.
+//
 // vLLM leaves first_token_latency at 0.0 when no token came (an abort
 // before the first token) and computes the engine-core durations from
 // unset (zero) timestamps then, which gives large negative values: a zero

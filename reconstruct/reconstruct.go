@@ -128,6 +128,7 @@ func Compute(s *Span, e Engine) (Request, bool) {
 	queue, hasQueue := r.duration(s.Latency.Queue)
 	prefill, hasPrefill := r.duration(s.Latency.Prefill)
 	decode, hasDecode := r.duration(s.Latency.Decode)
+	inference, hasInference := r.duration(s.Latency.Inference)
 	if !hasTTFT && !hasE2E && !hasQueue {
 		return r, false
 	}
@@ -158,6 +159,12 @@ func Compute(s *Span, e Engine) (Request, bool) {
 		}
 	case !ft.IsZero() && hasPrefill:
 		r.Prefilling = r.clamp(ft.Add(-prefill), start, ft)
+	case ft.IsZero() && hasInference && !e.PrefillFromDispatch && !e.ZeroTTFTAbsent:
+		// No first token (an abort during prefill): inference = FINISHED −
+		// PREFILLING still places the scheduling.
+		r.Prefilling = r.clamp(fin.Add(-inference), start, fin)
+	}
+	if !e.QueueFromArrival && !r.Prefilling.IsZero() {
 		if e.PrefillFromDispatch {
 			r.InputDone = r.Prefilling
 		} else if hasQueue {

@@ -223,7 +223,7 @@ func TestFromAttributes(t *testing.T) {
 		attribute.StringValue(`["unterminated`):       "unterminated",
 		attribute.IntValue(3):                         "",
 	} {
-		if got := finishReason(value{in}); got != want {
+		if got := finishReason(&value{in}); got != want {
 			t.Errorf("finishReason(%v) = %q, want %q", in.Emit(), got, want)
 		}
 	}

@@ -21,8 +21,12 @@ func Read(sp ptrace.Span, scope string) reconstruct.Span {
 		Latency: reconstruct.NoLatency(), InputTokens: -1, OutputTokens: -1, CachedTokens: -1, Preemptions: -1,
 		Failed: sp.Status().Code() == ptrace.StatusCodeError,
 	}
-	for k, v := range sp.Attributes().All() {
-		s.Set(k, value{v})
+	// One adapter for all attributes: boxing a value per attribute would
+	// allocate per attribute.
+	v := new(value)
+	for k, pv := range sp.Attributes().All() {
+		v.v = pv
+		s.Set(k, v)
 	}
 	return s
 }
@@ -61,7 +65,7 @@ func instant(ts pcommon.Timestamp) time.Time {
 
 type value struct{ v pcommon.Value }
 
-func (v value) Float() (float64, bool) {
+func (v *value) Float() (float64, bool) {
 	switch v.v.Type() {
 	case pcommon.ValueTypeDouble:
 		return v.v.Double(), true
@@ -71,7 +75,7 @@ func (v value) Float() (float64, bool) {
 	return 0, false
 }
 
-func (v value) Int() (int64, bool) {
+func (v *value) Int() (int64, bool) {
 	switch v.v.Type() {
 	case pcommon.ValueTypeInt:
 		return v.v.Int(), true
@@ -83,14 +87,14 @@ func (v value) Int() (int64, bool) {
 	return 0, false
 }
 
-func (v value) Str() (string, bool) {
+func (v *value) Str() (string, bool) {
 	if v.v.Type() == pcommon.ValueTypeStr {
 		return v.v.Str(), true
 	}
 	return "", false
 }
 
-func (v value) FirstStr() (string, bool) {
+func (v *value) FirstStr() (string, bool) {
 	if v.v.Type() == pcommon.ValueTypeSlice {
 		if sl := v.v.Slice(); sl.Len() > 0 && sl.At(0).Type() == pcommon.ValueTypeStr {
 			return sl.At(0).Str(), true
