@@ -204,8 +204,8 @@ type request struct {
 	keep    bool
 	// values recorded by the metrics, seconds; NaN when absent
 	ttft, tpot, e2e, queue, prefill, decode, inference float64
-	reason                                              string
-	prompt, output, preemptions                         int
+	reason                                             string
+	prompt, output, preemptions                        int
 }
 
 // probabilistic is tail_sampling's probabilistic policy (v0.161.0): FNV-1a
