@@ -702,9 +702,13 @@ func checkMetrics(t *testing.T, ctx context.Context, prom *testbackend.Prometheu
 			if err != nil {
 				t.Fatal(err)
 			}
-			gotCum := map[string]float64{}
+			gotCum := map[float64]float64{} // Prometheus writes le=1 as "1.0"
 			for _, s := range samples {
-				gotCum[s.Labels["le"]] = s.Value
+				le, err := strconv.ParseFloat(s.Labels["le"], 64)
+				if err != nil {
+					t.Fatalf("%s: le %q: %v", h.prom, s.Labels["le"], err)
+				}
+				gotCum[le] = s.Value
 			}
 			if n == 0 {
 				if len(samples) != 0 {
@@ -713,13 +717,12 @@ func checkMetrics(t *testing.T, ctx context.Context, prom *testbackend.Prometheu
 				continue
 			}
 			for i, b := range h.bounds {
-				le := strconv.FormatFloat(b, 'f', -1, 64)
-				if gotCum[le] != float64(wantCum[i]) {
-					t.Errorf("%s %s le=%s: %v, want %d", engine, h.prom, le, gotCum[le], wantCum[i])
+				if gotCum[b] != float64(wantCum[i]) {
+					t.Errorf("%s %s le=%g: %v, want %d", engine, h.prom, b, gotCum[b], wantCum[i])
 				}
 			}
-			if gotCum["+Inf"] != float64(n) {
-				t.Errorf("%s %s count %v, want %d", engine, h.prom, gotCum["+Inf"], n)
+			if gotCum[math.Inf(1)] != float64(n) {
+				t.Errorf("%s %s count %v, want %d", engine, h.prom, gotCum[math.Inf(1)], n)
 			}
 			sum, err := prom.QueryValue(ctx, fmt.Sprintf(`sum(%s_sum{%s})`, h.prom, sel))
 			if err != nil || math.Abs(sum-wantSum) > 1e-6*float64(n) {
