@@ -497,7 +497,7 @@ func overlap(a, b panel) bool {
 }
 
 // provisionedDatasourceUIDs reads the uid: lines of the datasource
-// provisioning file (a full YAML parse happens in tools/deploycheck).
+// provisioning file (a full YAML parse happens in e2e/deploycheck).
 func provisionedDatasourceUIDs(t *testing.T) map[string]bool {
 	t.Helper()
 	b, err := os.ReadFile(datasourcesPath)

@@ -7,6 +7,6 @@
 // with promtool when it is installed.
 //
 // The compose file itself and the collector configuration are checked by the
-// separate module in tools/deploycheck, which can afford a YAML parser and
+// separate module in e2e/deploycheck, which can afford a YAML parser and
 // compose-go.
 package deploy

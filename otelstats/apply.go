@@ -153,7 +153,7 @@ func (t *Tracker) apply(r *reqState, u *Update, side Side, ns int64) (bool, *Rej
 	case KindInputProcessed:
 		r.inputProcessed = ns
 		r.prompt = int32(u.NumPromptTokens)
-		if !u.Sampling.empty() {
+		if !u.Sampling.IsZero() {
 			sp := *u.Sampling // the caller may reuse its value
 			sp.Stop = append([]string(nil), sp.Stop...)
 			r.ext().sampling = &sp

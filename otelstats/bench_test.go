@@ -93,7 +93,7 @@ type benchPipeline struct {
 }
 
 // benchConfig is a way to set the tracker up, from the fastest (what
-// otelsetup.TrackerOptions and the README's setup give) to the plainest.
+// otelconf.TrackerOptions and the README's setup give) to the plainest.
 type benchConfig int
 
 const (
@@ -190,8 +190,6 @@ func (p *benchPipeline) spansPerOp(b *testing.B) {
 // timed loop. It starts no goroutine, so dropping it leaks nothing.
 func newBenchTracker(tb testing.TB, p *benchPipeline) *otelstats.Tracker {
 	tb.Helper()
-	tb.Setenv("LLMTRACE_SAMPLING", "")
-	tb.Setenv("LLMTRACE_DETAIL", "")
 	opts := []otelstats.Option{otelstats.WithTracerProvider(p.tp), otelstats.WithMeterProvider(p.mp)}
 	if p.agg != nil {
 		opts = append(opts, otelstats.WithAggregator(p.agg))
@@ -675,7 +673,7 @@ func BenchmarkNaiveRequest(b *testing.B) { benchNaiveRequest(b, nil) }
 // frontend's handle (arrival, input processing, a delivery per token,
 // finish) and the engine's Steps naming it by handle (queue, 2 chunks, a
 // decode per token, preemption, recompute, finish) — times from the real
-// clock, one request per step. Set up as otelsetup.TrackerOptions does:
+// clock, one request per step. Set up as otelconf.TrackerOptions does:
 // span trees handed to the TracerProvider's BatchSpanProcessor
 // (WithSpanProcessor), latency histograms through an Aggregator registered
 // with the ManualReader.
@@ -704,7 +702,7 @@ func BenchmarkRequestUnsampledGivenTimes(b *testing.B) {
 // benchmarks, on both sides: 256 requests finishing in one step end 2,304 of
 // the tracker's spans at once (and the naive way ends 256 decode spans at
 // once at the preemption), more than the SDK's default queue of 2,048
-// holds; otelstats.NewBatchProcessor's default is 16,384.
+// holds; batch.NewProcessor's default is 16,384.
 const benchBatchQueue = 16384
 
 // BenchmarkNaiveRequestBatch: one op is one request of

@@ -46,12 +46,10 @@ type config struct {
 	autoSweep      time.Duration
 
 	sampling    *SamplingPolicy
-	samplingSet bool
 	trustParent bool
 	detail      Detail
 	agg         *Aggregator
 	content     *ContentCapture
-	contentSet  bool
 }
 
 func newConfig(opts []Option) config {
@@ -197,12 +195,11 @@ func WithOnReject(f func(*RejectError)) Option {
 	return optionFunc(func(c *config) { c.onReject = f })
 }
 
-// WithSampling sets the end-of-request sampling policy; nil keeps every
-// trace. Without this option the policy comes from LLMTRACE_SAMPLING (see
-// ParseSamplingPolicy), and without that every trace is kept.
+// WithSampling sets the end-of-request sampling policy; nil, the default,
+// keeps every trace. ParseSamplingPolicy reads the policy's text form
+// (otelconf reads it from LLMTRACE_SAMPLING).
 func WithSampling(p *SamplingPolicy) Option {
 	return optionFunc(func(c *config) {
-		c.samplingSet = true
 		if p != nil {
 			cp := *p
 			c.sampling = &cp
@@ -221,7 +218,7 @@ func WithTrustParentSampling(on bool) Option {
 }
 
 // WithDetail sets the default detail level of traces (see Detail). Without
-// it the level comes from LLMTRACE_DETAIL (0–3), else DetailTree.
+// it the level is DetailTree (otelconf reads LLMTRACE_DETAIL).
 func WithDetail(d Detail) Option {
 	return optionFunc(func(c *config) { c.detail = d })
 }

@@ -1,9 +1,6 @@
 package otelstats
 
 import (
-	"os"
-	"strconv"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -22,15 +19,11 @@ type ContentCapture struct {
 // DefaultContentMax caps captured content per text.
 const DefaultContentMax = 4096
 
-// EnvCaptureContent is the GenAI convention's opt-in variable; "true"
-// turns capture on with the defaults.
-const EnvCaptureContent = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-
 // WithContentCapture turns content capture on (c non-nil) or off (nil).
-// Without this option capture follows OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT.
+// Without this option nothing is captured (otelconf turns it on from
+// OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT).
 func WithContentCapture(c *ContentCapture) Option {
 	return optionFunc(func(cfg *config) {
-		cfg.contentSet = true
 		cfg.content = nil
 		if c != nil {
 			cp := *c
@@ -40,13 +33,6 @@ func WithContentCapture(c *ContentCapture) Option {
 			cfg.content = &cp
 		}
 	})
-}
-
-func contentFromEnv() *ContentCapture {
-	if on, _ := strconv.ParseBool(strings.TrimSpace(os.Getenv(EnvCaptureContent))); on {
-		return &ContentCapture{MaxBytes: DefaultContentMax}
-	}
-	return nil
 }
 
 // CapturesContent reports whether content capture is on, so integrations

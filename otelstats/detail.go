@@ -2,16 +2,14 @@ package otelstats
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 )
 
 // Detail is how much of a request's life its trace shows. The zero Detail
-// inherits the tracker's level (WithDetail, LLMTRACE_DETAIL, else
-// DetailTree).
+// inherits the tracker's level (WithDetail, else DetailTree).
 type Detail uint8
 
-// Detail levels. Level numbers (LLMTRACE_DETAIL, the HTTP header) are the
+// Detail levels. Level numbers (otelconf's LLMTRACE_DETAIL, the HTTP header) are the
 // constants' values minus one: 0 = DetailRoot … 3 = DetailTokens.
 const (
 	DetailInherit Detail = iota
@@ -41,12 +39,4 @@ func ParseDetail(s string) (Detail, error) {
 		return DetailInherit, fmt.Errorf("llmtrace: detail level %q: want 0, 1, 2 or 3", s)
 	}
 	return Detail(n + 1), nil
-}
-
-func detailFromEnv() (Detail, error) {
-	v := os.Getenv("LLMTRACE_DETAIL")
-	if v == "" {
-		return DetailInherit, nil
-	}
-	return ParseDetail(v)
 }

@@ -119,39 +119,18 @@ func TestModelCardinalityBounded(t *testing.T) {
 	}
 }
 
-// badCase is one entry of the bad-input catalogue for the Go API and the
-// update log: each gets a typed rejection and a count, and the valid
-// request recorded around it is unaffected.
+// badCase is one entry of the bad-input catalogue for the Go API (the update
+// log's is transport's): each gets a typed rejection and a count, and the
+// valid request recorded around it is unaffected.
 type badCase struct {
 	name   string
-	line   string  // an update-log line, or
-	u      *Update // a Go update
+	u      *Update
 	reason Reason
 }
 
 func badCatalogue() []badCase {
 	id := strings.Repeat("x", 10<<20)
 	return []badCase{
-		{name: "invalid JSON", line: `{"request_id":"v","type":`, reason: ReasonMalformed},
-		{name: "not an object", line: `[1,2,3]`, reason: ReasonMalformed},
-		{name: "two objects on a line", line: `{"request_id":"v","type":"QUEUED","ts":1}{}`, reason: ReasonMalformed},
-		{name: "request id not a string", line: `{"request_id":7,"type":"QUEUED","ts":1700000000}`, reason: ReasonMalformed},
-		{name: "missing request id", line: `{"type":"QUEUED","ts":1700000000}`, reason: ReasonMissingRequestID},
-		{name: "unknown kind", line: `{"request_id":"v","type":"TELEPORTED","ts":1700000000}`, reason: ReasonUnknownKind},
-		{name: "kind out of vLLM range", line: `{"request_id":"v","type":9,"ts":1700000000}`, reason: ReasonUnknownKind},
-		{name: "ts missing", line: `{"request_id":"v","type":"QUEUED"}`, reason: ReasonBadTimestamp},
-		{name: "ts negative", line: `{"request_id":"v","type":"QUEUED","ts":-5}`, reason: ReasonBadTimestamp},
-		{name: "ts a string", line: `{"request_id":"v","type":"QUEUED","ts":"now"}`, reason: ReasonMalformed},
-		{name: "ts infinite", line: `{"request_id":"v","type":"QUEUED","ts":1e400}`, reason: ReasonBadTimestamp},
-		{name: "ts year 3000", line: `{"request_id":"v","type":"QUEUED","ts":32503680000}`, reason: ReasonBadTimestamp},
-		{name: "ts year 2287, past int64 nanoseconds", line: `{"request_id":"v","type":"QUEUED","ts":10e9}`, reason: ReasonBadTimestamp},
-		{name: "count not an integer", line: `{"request_id":"v","type":"DECODING","ts":1700000000.5,"num_new_tokens":1.5}`, reason: ReasonMalformed},
-		{name: "count negative", line: `{"request_id":"v","type":"DETOKENIZED","ts":1700000000.5,"num_new_tokens":-1}`, reason: ReasonNegativeCount},
-		{name: "count absurd", line: `{"request_id":"v","type":"INPUT_PROCESSED","ts":1700000000.5,"num_prompt_tokens":99999999999999}`, reason: ReasonAbsurdCount},
-		{name: "count overflows int64", line: `{"request_id":"v","type":"INPUT_PROCESSED","ts":1700000000.5,"num_prompt_tokens":1e99}`, reason: ReasonMalformed},
-		{name: "PREFILLING without payload", line: `{"request_id":"v","type":"PREFILLING","ts":1700000000.5}`, reason: ReasonMissingPayload},
-		{name: "FINISHED without reason", line: `{"request_id":"v","type":"FINISHED","ts":1700000000.5}`, reason: ReasonMissingPayload},
-		{name: "unknown side", line: `{"request_id":"v","type":"FINISHED","ts":1700000000.5,"side":"gpu","finish_reason":"stop"}`, reason: ReasonWrongSide},
 		{name: "10 MB request id", u: &Update{RequestID: id, Kind: KindQueued, Time: time.Unix(1700000000, 0)}, reason: ReasonTooLong},
 		{name: "10 MB model", u: &Update{RequestID: "w", Kind: KindArrived, Time: time.Unix(1700000000, 0), Model: id}, reason: ReasonTooLong},
 		{name: "zero time", u: &Update{RequestID: "v", Kind: KindQueued}, reason: ReasonBadTimestamp},
@@ -168,7 +147,7 @@ func badCatalogue() []badCase {
 
 func TestBadInputCatalogue(t *testing.T) {
 	cat := badCatalogue()
-	if len(cat) < 25 {
+	if len(cat) < 10 {
 		t.Fatalf("catalogue has %d cases", len(cat))
 	}
 	h := newHarness(t)
@@ -182,12 +161,7 @@ func TestBadInputCatalogue(t *testing.T) {
 	for _, tc := range cat {
 		t.Run(tc.name, func(t *testing.T) {
 			before := h.counter(attributes.MetricRejectedUpdates, attributes.RejectionReason.String(string(tc.reason)))
-			var err error
-			if tc.u != nil {
-				err = h.tr.Record(*tc.u)
-			} else {
-				err = h.tr.RecordJSON([]byte(tc.line))
-			}
+			err := h.tr.Record(*tc.u)
 			var re *RejectError
 			if !errors.As(err, &re) || re.Reason != tc.reason || !errors.Is(err, ErrRejected) || !errors.Is(err, tc.reason) {
 				t.Fatalf("err = %v, want a RejectError with reason %s", err, tc.reason)

@@ -3,7 +3,6 @@ package otelstats
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,7 +29,7 @@ import (
 //	ratio      the trace id falls in the kept Ratio of the rest (decided by
 //	           trace id, so every process agrees)
 //
-// Without a policy (no WithSampling, no LLMTRACE_SAMPLING) the tracker keeps
+// Without a policy (no WithSampling) the tracker keeps
 // every trace (reason "all"), so nobody loses traces by upgrading. The zero
 // SamplingPolicy keeps nothing but trusted parents' choices.
 type SamplingPolicy struct {
@@ -59,7 +58,7 @@ const (
 	NotSampled = "dropped"
 )
 
-// ParseSamplingPolicy reads the LLMTRACE_SAMPLING syntax: comma-separated
+// ParseSamplingPolicy reads a policy's text form (otelconf's LLMTRACE_SAMPLING): comma-separated
 // rules among "errors", "preempted", "ttft>DUR", "tpot>DUR", "e2e>DUR",
 // "pNN" (e.g. "p99") and "ratio=F". "all" (or "") keeps everything and
 // returns nil.
@@ -103,12 +102,6 @@ func ParseSamplingPolicy(s string) (*SamplingPolicy, error) {
 		}
 	}
 	return p, nil
-}
-
-// samplingFromEnv is the policy of LLMTRACE_SAMPLING; a bad value keeps
-// everything (and is reported once through the returned error).
-func samplingFromEnv() (*SamplingPolicy, error) {
-	return ParseSamplingPolicy(os.Getenv("LLMTRACE_SAMPLING"))
 }
 
 // sampler evaluates a policy with running percentiles.

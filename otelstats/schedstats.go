@@ -3,10 +3,11 @@ package otelstats
 import (
 	"context"
 	"fmt"
-	"go.opentelemetry.io/otel/attribute"
 	"log/slog"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // SchedulerStats is what an engine's scheduler knows after a step (vLLM's

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/llmtrace/llmtrace/internal/unixsec"
 )
 
 // Latency is a duration that may be absent: a value whose instants never
@@ -147,28 +149,7 @@ func appendTime(dst []byte, k string, t time.Time) []byte {
 	if t.IsZero() {
 		return dst
 	}
-	return appendUnix(appendKey(dst, k, false), t)
-}
-
-// appendUnix writes t as exact decimal Unix seconds, e.g. 1700000000.301.
-func appendUnix(dst []byte, t time.Time) []byte {
-	ns := t.UnixNano()
-	dst = strconv.AppendInt(dst, ns/1e9, 10)
-	frac := ns % 1e9
-	if frac == 0 {
-		return dst
-	}
-	var b [10]byte
-	b[0] = '.'
-	for i := 9; i >= 1; i-- {
-		b[i] = byte('0' + frac%10)
-		frac /= 10
-	}
-	n := 10
-	for b[n-1] == '0' {
-		n--
-	}
-	return append(dst, b[:n]...)
+	return unixsec.Append(appendKey(dst, k, false), t)
 }
 
 func appendKey(dst []byte, k string, first bool) []byte {

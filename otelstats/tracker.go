@@ -88,23 +88,6 @@ type Tracker struct {
 // NewTracker returns a Tracker configured by opts.
 func NewTracker(opts ...Option) (*Tracker, error) {
 	cfg := newConfig(opts)
-	if !cfg.samplingSet {
-		p, err := samplingFromEnv()
-		if err != nil {
-			return nil, err
-		}
-		cfg.sampling = p
-	}
-	if cfg.detail == DetailInherit {
-		d, err := detailFromEnv()
-		if err != nil {
-			return nil, err
-		}
-		cfg.detail = d
-	}
-	if !cfg.contentSet {
-		cfg.content = contentFromEnv()
-	}
 	if cfg.detail == DetailInherit || cfg.detail > DetailTokens {
 		cfg.detail = DetailTree
 	}
@@ -290,6 +273,13 @@ func (t *Tracker) deferredReject(e *RejectError) {
 		t.cfg.onReject(e)
 	}
 }
+
+// Reject counts e — a rejection found before the update reached the tracker,
+// such as a log line or frame that does not decode — in
+// llm.rejected_updates under its reason, and returns it, so transports
+// report what they could not decode the way the tracker reports what it
+// refused.
+func (t *Tracker) Reject(e *RejectError) error { return t.rejected(e) }
 
 func (t *Tracker) rejected(e *RejectError) error {
 	t.inst.countReject(e.Reason)

@@ -131,7 +131,8 @@ type SamplingParams struct {
 	Stop             []string `json:"stop,omitempty"`
 }
 
-func (p *SamplingParams) empty() bool {
+// IsZero reports whether p is nil or sets no parameter.
+func (p *SamplingParams) IsZero() bool {
 	return p == nil || (p.Temperature == nil && p.TopP == nil && p.TopK == nil && p.MaxTokens == nil &&
 		p.Seed == nil && p.N == nil && p.FrequencyPenalty == nil && p.PresencePenalty == nil && len(p.Stop) == 0)
 }

@@ -5,7 +5,7 @@
 #    prometheus and chromium), and builds Jaeger v2 once per machine
 #    (scripts/build-jaeger.sh; cached under ~/.cache/llmtrace).
 # 2. Exports LLMTRACE_JAEGER_BIN, LLMTRACE_PROMETHEUS_BIN and
-#    LLMTRACE_CHROMIUM_BIN for internal/testbackend.
+#    LLMTRACE_CHROMIUM_BIN for e2e/testbackend.
 # 3. Root module: go vet ./... and go test -race -count=1 ./...
 # 4. Every other Go module in the repo that has tests: go test -count=1 ./...
 # 5. The extra checks listed in EXTRA_CHECKS below.
@@ -134,7 +134,7 @@ if [[ -z ${LLMTRACE_JAEGER_BIN:-} ]]; then
 	LLMTRACE_JAEGER_BIN="$(bash scripts/build-jaeger.sh)" || fail "building Jaeger"
 fi
 export LLMTRACE_JAEGER_BIN
-"$LLMTRACE_JAEGER_BIN" validate --config=file:internal/testbackend/jaeger-test.yaml \
+"$LLMTRACE_JAEGER_BIN" validate --config=file:e2e/testbackend/jaeger-test.yaml \
 	>"$log_dir/jaeger-validate.log" 2>&1 ||
 	{ cat "$log_dir/jaeger-validate.log"; fail "Jaeger test config does not validate"; }
 

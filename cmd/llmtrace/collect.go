@@ -16,10 +16,10 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/llmtrace/llmtrace/internal/otelsetup"
 	"github.com/llmtrace/llmtrace/internal/spanlog"
-	"github.com/llmtrace/llmtrace/internal/transport"
+	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
+	"github.com/llmtrace/llmtrace/transport"
 )
 
 func init() {
@@ -139,7 +139,7 @@ func collect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		}
 		return f, nil
 	}
-	cfg := otelsetup.Config{ServiceName: "llmtrace-collect", Prometheus: *prom}
+	cfg := otelconf.Config{ServiceName: "llmtrace-collect", Prometheus: *prom}
 	var spanDump *spanlog.Processor
 	if *spansOut != "" {
 		w, err := openOut(*spansOut)
@@ -150,7 +150,7 @@ func collect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		cfg.SpanProcessors = []sdktrace.SpanProcessor{spanDump}
 		closers = append(closers, func() error { return spanDump.Shutdown(context.Background()) })
 	}
-	prov, err := otelsetup.Setup(ctx, cfg)
+	prov, err := otelconf.Setup(ctx, cfg)
 	if err != nil {
 		return fail("telemetry setup: %v", err)
 	}

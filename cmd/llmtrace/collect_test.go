@@ -16,8 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmtrace/llmtrace/internal/spanlog"
-	"github.com/llmtrace/llmtrace/internal/transport"
 	"github.com/llmtrace/llmtrace/otelstats"
+	"github.com/llmtrace/llmtrace/transport"
 )
 
 func TestMain(m *testing.M) {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/llmtrace/llmtrace/internal/loadgen"
-	"github.com/llmtrace/llmtrace/internal/otelsetup"
+	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -89,7 +89,7 @@ func load(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wri
 		return 1
 	}
 
-	prov, err := otelsetup.Setup(ctx, otelsetup.Config{ServiceName: "llmtrace-load", Getenv: getenv})
+	prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-load", Getenv: getenv})
 	if err != nil {
 		return fail("telemetry setup: %v", err)
 	}

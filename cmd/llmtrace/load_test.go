@@ -4,14 +4,13 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/llmtrace/llmtrace/internal/testbackend"
 )
 
 // clearOTLPEnv empties the variables load reads (restored when t ends,
@@ -137,9 +136,9 @@ func TestLoadReports(t *testing.T) {
 				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
 				t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 			} else {
-				silent := testbackend.StartSilent(t)
+				silent := startSilent(t)
 				t.Setenv("OTEL_BSP_EXPORT_TIMEOUT", "200")
-				args = append(args, "-endpoint", silent.Addr())
+				args = append(args, "-endpoint", silent.Addr().String())
 			}
 			if tc.findMax {
 				args = append(args, "-find-max", "-levels", "2")
@@ -203,4 +202,31 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// startSilent listens on a free local port and accepts connections that it
+// never answers: a backend that hangs.
+func startSilent(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var held []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln
 }

@@ -14,9 +14,9 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/llmtrace/llmtrace/internal/otelsetup"
 	"github.com/llmtrace/llmtrace/internal/proxy"
 	"github.com/llmtrace/llmtrace/internal/spanlog"
+	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -85,7 +85,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		}
 	}
 
-	cfg := otelsetup.Config{ServiceName: "llmtrace-proxy", Prometheus: ml != nil}
+	cfg := otelconf.Config{ServiceName: "llmtrace-proxy", Prometheus: ml != nil}
 	if *spansOut != "" {
 		w := stdout
 		if *spansOut != "-" {
@@ -98,7 +98,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		}
 		cfg.SpanProcessors = []sdktrace.SpanProcessor{spanlog.New(w, w != stdout)}
 	}
-	prov, err := otelsetup.Setup(ctx, cfg)
+	prov, err := otelconf.Setup(ctx, cfg)
 	if err != nil {
 		closeListeners()
 		return fail("telemetry setup: %v", err)

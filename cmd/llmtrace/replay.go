@@ -9,9 +9,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/llmtrace/llmtrace/internal/otelsetup"
 	"github.com/llmtrace/llmtrace/internal/summary"
+	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
+	"github.com/llmtrace/llmtrace/transport"
 )
 
 func init() {
@@ -54,7 +55,7 @@ func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	ctx := context.Background()
 	agg := otelstats.NewAggregator()
-	prov, err := otelsetup.Setup(ctx, otelsetup.Config{ServiceName: "llmtrace-replay", Aggregator: agg})
+	prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-replay", Aggregator: agg})
 	if err != nil {
 		fmt.Fprintf(stderr, "llmtrace replay: telemetry setup: %v\n", err)
 		return 1
@@ -105,7 +106,7 @@ func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "line %d: rejected: line longer than %d bytes\n", lineNo, maxLine)
 		case len(trimSpace(line)) == 0:
 		default:
-			if rerr := tr.RecordJSON(line); rerr != nil {
+			if rerr := transport.RecordLine(tr, line); rerr != nil {
 				rejected++
 				fmt.Fprintf(stderr, "line %d: %v\n", lineNo, rerr)
 			}

@@ -28,7 +28,7 @@ import (
 	"time"
 
 	"github.com/llmtrace/llmtrace/examples/httpserver/toyserver"
-	"github.com/llmtrace/llmtrace/internal/otelsetup"
+	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/otelstats/otelhttpmw"
 )
@@ -51,7 +51,7 @@ func run(listen, model string, slots int, tokenDelay, statsInterval time.Duratio
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	prov, err := otelsetup.Setup(ctx, otelsetup.Config{ServiceName: "llmtrace-httpserver", Prometheus: true})
+	prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-httpserver", Prometheus: true})
 	if err != nil {
 		return err
 	}

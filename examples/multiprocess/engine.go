@@ -10,8 +10,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/llmtrace/llmtrace/internal/transport"
 	"github.com/llmtrace/llmtrace/otelstats"
+	"github.com/llmtrace/llmtrace/transport"
 )
 
 // engReq is one request in the engine core.

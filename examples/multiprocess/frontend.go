@@ -17,11 +17,11 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/llmtrace/llmtrace/internal/otelsetup"
 	"github.com/llmtrace/llmtrace/internal/spanlog"
 	"github.com/llmtrace/llmtrace/internal/summary"
-	"github.com/llmtrace/llmtrace/internal/transport"
+	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
+	"github.com/llmtrace/llmtrace/transport"
 )
 
 // feReq is one request as the frontend sees it.
@@ -135,7 +135,7 @@ func runFrontend(o *options) error {
 func (f *frontend) hostCollector() (func(otelstats.Update), func() error, error) {
 	o := f.o
 	ctx := context.Background()
-	cfg := otelsetup.Config{ServiceName: "llmtrace-multiprocess"}
+	cfg := otelconf.Config{ServiceName: "llmtrace-multiprocess"}
 	if o.spansOut != "" {
 		w, err := os.Create(o.spansOut)
 		if err != nil {
@@ -143,7 +143,7 @@ func (f *frontend) hostCollector() (func(otelstats.Update), func() error, error)
 		}
 		cfg.SpanProcessors = []sdktrace.SpanProcessor{spanlog.New(w, true)}
 	}
-	prov, err := otelsetup.Setup(ctx, cfg)
+	prov, err := otelconf.Setup(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -28,7 +28,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/llmtrace/llmtrace/examples/simengine/internal/demo"
+	"github.com/llmtrace/llmtrace/examples/simengine/demo"
 )
 
 func main() {

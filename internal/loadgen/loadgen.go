@@ -181,7 +181,7 @@ func (r Result) Fields() []string {
 }
 
 // Counter is the span processor being measured.
-// *otelstats.BatchProcessor is one.
+// *batch.Processor is one.
 type Counter interface {
 	Counts() (produced, exported, dropped int64)
 	ForceFlush(ctx context.Context) error

@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 
+	"github.com/llmtrace/llmtrace/batch"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -43,11 +44,11 @@ func (e *fakeExporter) ExportSpans(ctx context.Context, s []sdktrace.ReadOnlySpa
 
 func (e *fakeExporter) Shutdown(context.Context) error { return nil }
 
-func newRunner(t *testing.T, exp sdktrace.SpanExporter, opts ...otelstats.BatchOption) (*Runner, *otelstats.BatchProcessor) {
+func newRunner(t *testing.T, exp sdktrace.SpanExporter, opts ...batch.Option) (*Runner, *batch.Processor) {
 	t.Helper()
 	mp := noop.NewMeterProvider()
-	bp := otelstats.NewBatchProcessor(exp, append([]otelstats.BatchOption{otelstats.WithBatchMeterProvider(mp),
-		otelstats.WithScheduleDelay(20 * time.Millisecond)}, opts...)...)
+	bp := batch.NewProcessor(exp, append([]batch.Option{batch.WithMeterProvider(mp),
+		batch.WithBatchTimeout(20 * time.Millisecond)}, opts...)...)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(bp))
 	tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(tp), otelstats.WithMeterProvider(mp))
 	if err != nil {
@@ -71,7 +72,7 @@ func TestRun(t *testing.T) {
 		name      string
 		cfg       Config
 		exp       *fakeExporter
-		opts      []otelstats.BatchOption
+		opts      []batch.Option
 		wantDrops bool
 	}{
 		// A rate a loaded 2-core machine sustains under -race with room to
@@ -80,15 +81,15 @@ func TestRun(t *testing.T) {
 		{name: "paced/healthy", cfg: Config{Rate: 400, Duration: 300 * time.Millisecond, InFlight: 64},
 			exp: &fakeExporter{}},
 		{name: "flat out/healthy", cfg: Config{Duration: 200 * time.Millisecond, InFlight: 32, OutputTokens: 4},
-			exp: &fakeExporter{}, opts: []otelstats.BatchOption{otelstats.WithQueueSize(1 << 20)}},
+			exp: &fakeExporter{}, opts: []batch.Option{batch.WithMaxQueueSize(1 << 20)}},
 		{name: "flat out/tiny queue, slow backend", cfg: Config{Duration: 300 * time.Millisecond, InFlight: 64},
 			exp: &fakeExporter{perSpan: 100 * time.Microsecond}, wantDrops: true,
-			opts: []otelstats.BatchOption{otelstats.WithQueueSize(64), otelstats.WithExportBatchSize(32)}},
+			opts: []batch.Option{batch.WithMaxQueueSize(64), batch.WithMaxExportBatchSize(32)}},
 		{name: "paced/backend fails", cfg: Config{Rate: 1000, Duration: 200 * time.Millisecond},
 			exp: &fakeExporter{fail: true}, wantDrops: true},
 		{name: "paced/backend never answers", cfg: Config{Rate: 1000, Duration: 300 * time.Millisecond, InFlight: 16},
 			exp: &fakeExporter{block: true}, wantDrops: true,
-			opts: []otelstats.BatchOption{otelstats.WithExportTimeout(time.Second), otelstats.WithQueueSize(128)}},
+			opts: []batch.Option{batch.WithExportTimeout(time.Second), batch.WithMaxQueueSize(128)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, _ := newRunner(t, tc.exp, tc.opts...)
@@ -161,7 +162,7 @@ func TestRunStopsWithContext(t *testing.T) {
 // 30,000 spans/s (a tiny queue, so excess is dropped at once).
 func TestFindMax(t *testing.T) {
 	r, _ := newRunner(t, &fakeExporter{perSpan: 33 * time.Microsecond},
-		otelstats.WithQueueSize(512), otelstats.WithExportBatchSize(128))
+		batch.WithMaxQueueSize(512), batch.WithMaxExportBatchSize(128))
 	var seen int
 	best, all, err := r.FindMax(context.Background(), Config{Rate: 1000, Duration: 250 * time.Millisecond, InFlight: 256}, 8,
 		func(Result) { seen++ })

@@ -67,7 +67,9 @@ func runPrivacyRequests(t *testing.T, opts ...otelstats.Option) (*h, *bytes.Buff
 // SPEC §6: by default nothing of a prompt or a completion leaves the
 // process, in spans, events, attributes, metrics, logs or stats.
 func TestPrivacyNothingCapturedByDefault(t *testing.T) {
-	t.Setenv(otelstats.EnvCaptureContent, "")
+	// The library itself reads no environment (otelconf does): even the
+	// opt-in variable changes nothing without the option.
+	t.Setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
 	x, logs := runPrivacyRequests(t)
 	out := x.exported(logs)
 	if !strings.Contains(out, "chat m") || !strings.Contains(logs.String(), "throughput") {
@@ -86,17 +88,15 @@ func TestPrivacyOptInCaptureCapsAndRedacts(t *testing.T) {
 	cases := []struct {
 		name string
 		opt  otelstats.Option
-		env  string
 		max  int
 	}{
-		{"environment", nil, "true", otelstats.DefaultContentMax},
+		{"defaults (what otelconf sets from the environment)", otelstats.WithContentCapture(&otelstats.ContentCapture{}), otelstats.DefaultContentMax},
 		{"option with cap and redaction", otelstats.WithContentCapture(&otelstats.ContentCapture{
 			MaxBytes: 40, Redact: func(s string) string { return strings.ReplaceAll(s, "7f3a", "[redacted]") },
-		}), "", 40},
+		}), 40},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(otelstats.EnvCaptureContent, tc.env)
 			var opts []otelstats.Option
 			if tc.opt != nil {
 				opts = append(opts, tc.opt)
@@ -117,19 +117,19 @@ func TestPrivacyOptInCaptureCapsAndRedacts(t *testing.T) {
 						out = kv.Value.AsString()
 					}
 				}
-				if tc.opt == nil && !strings.Contains(in, secretPrompt) {
+				if tc.max == otelstats.DefaultContentMax && !strings.Contains(in, secretPrompt) {
 					t.Errorf("input %q lacks the prompt", in)
 				}
-				if tc.opt != nil && (!strings.HasPrefix(in, `[{"role":"user"`) || !strings.HasSuffix(in, "…[truncated]")) {
+				if tc.max != otelstats.DefaultContentMax && (!strings.HasPrefix(in, `[{"role":"user"`) || !strings.HasSuffix(in, "…[truncated]")) {
 					t.Errorf("input %q: want the messages cut at the cap", in)
 				}
 				if len(in) > tc.max || len(out) > tc.max {
 					t.Errorf("input %d / output %d bytes, cap %d", len(in), len(out), tc.max)
 				}
-				if tc.opt == nil && out != secretCompletion {
+				if tc.max == otelstats.DefaultContentMax && out != secretCompletion {
 					t.Errorf("output %q, want %q", out, secretCompletion)
 				}
-				if tc.opt != nil && out != "SECRET-COMPLETION-[redacted]" {
+				if tc.max != otelstats.DefaultContentMax && out != "SECRET-COMPLETION-[redacted]" {
 					t.Errorf("output %q, want the redacted completion", out)
 				}
 			}

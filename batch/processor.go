@@ -1,0 +1,295 @@
+package batch
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/internal/version"
+)
+
+// ScopeName is the instrumentation scope of the processor's own counter.
+const ScopeName = "github.com/llmtrace/llmtrace/batch"
+
+// Processor batches ended spans to an exporter and counts every span it
+// could not deliver (see the package doc). OnEnd never blocks: when the
+// backend is slow or down, the engine loses spans, not time.
+//
+// The zero Processor is not usable; create one with NewProcessor. It is
+// safe for concurrent use.
+type Processor struct {
+	exp     sdktrace.SpanExporter
+	cfg     config
+	queue   chan sdktrace.ReadOnlySpan
+	flushCh chan chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	dropped metric.Int64Counter
+
+	// ctx is every export's parent: Shutdown cancels it when its deadline
+	// passes, so a hung export cannot outlast it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	closed atomic.Bool
+
+	// gate is held for reading by every change to the exported and dropped
+	// counts, and for writing by Shutdown to settle them: once settled,
+	// nothing changes them any more and produced is frozen too.
+	gate                           sync.RWMutex
+	settled                        atomic.Bool
+	produced                       int64 // nProduced when settled
+	nProduced, nExported, nDropped atomic.Int64
+	once                           sync.Once
+}
+
+var _ sdktrace.SpanProcessor = (*Processor)(nil)
+
+// NewProcessor starts a Processor exporting to exp.
+func NewProcessor(exp sdktrace.SpanExporter, opts ...Option) *Processor {
+	c := newConfig(opts)
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Processor{
+		exp:     exp,
+		cfg:     c,
+		queue:   make(chan sdktrace.ReadOnlySpan, c.queueSize),
+		flushCh: make(chan chan struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		ctx:     ctx,
+		cancel:  cancel,
+	}
+	p.dropped, _ = c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(version.Version)).Int64Counter(
+		attributes.MetricSpansDropped, metric.WithUnit(attributes.UnitSpan),
+		metric.WithDescription("Spans that could not be exported."))
+	go p.run()
+	return p
+}
+
+// OnStart does nothing.
+func (p *Processor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+// OnEnd enqueues s without blocking; a full queue, or a processor shut
+// down, drops it and counts it.
+func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
+	if !s.SpanContext().IsSampled() {
+		return
+	}
+	// Counted before closed is read: a span Shutdown's settle misses is
+	// one whose count it does not see either (see settle).
+	p.nProduced.Add(1)
+	if !p.closed.Load() {
+		select {
+		case p.queue <- s:
+			return
+		default:
+		}
+	}
+	p.count(0, 1)
+}
+
+// count adds to the exported and dropped counts unless they are settled.
+func (p *Processor) count(exported, dropped int) {
+	p.gate.RLock()
+	defer p.gate.RUnlock()
+	if p.settled.Load() {
+		return
+	}
+	p.nExported.Add(int64(exported))
+	p.addDropped(int64(dropped))
+}
+
+func (p *Processor) addDropped(n int64) {
+	if n > 0 {
+		p.nDropped.Add(n)
+		p.dropped.Add(context.Background(), n)
+	}
+}
+
+// Counts returns the spans produced (sampled spans ended), exported
+// (acknowledged by the exporter in time) and dropped so far. Once Shutdown
+// has returned, produced == exported + dropped.
+func (p *Processor) Counts() (produced, exported, dropped int64) {
+	if p.settled.Load() {
+		return p.produced, p.nExported.Load(), p.nDropped.Load()
+	}
+	return p.nProduced.Load(), p.nExported.Load(), p.nDropped.Load()
+}
+
+func (p *Processor) run() {
+	defer close(p.done)
+	b := &batcher{p: p, spans: make([]sdktrace.ReadOnlySpan, 0, p.cfg.batchSize)}
+	tick := time.NewTimer(p.cfg.delay)
+	defer tick.Stop()
+	for {
+		// Stopping wins over more work: what is left is Shutdown's.
+		select {
+		case <-p.stop:
+			b.abandon()
+			return
+		default:
+		}
+		select {
+		case s := <-p.queue:
+			b.add(s)
+		case <-tick.C:
+			b.export()
+			tick.Reset(p.cfg.delay)
+		case ack := <-p.flushCh:
+			b.drain()
+			close(ack)
+		case <-p.stop:
+			b.abandon()
+			return
+		}
+	}
+}
+
+// batcher is the export goroutine's batch.
+type batcher struct {
+	p       *Processor
+	spans   []sdktrace.ReadOnlySpan
+	failing bool
+}
+
+func (b *batcher) add(s sdktrace.ReadOnlySpan) {
+	b.spans = append(b.spans, s)
+	if len(b.spans) == cap(b.spans) {
+		b.export()
+	}
+}
+
+// drain exports everything queued now.
+func (b *batcher) drain() {
+	for {
+		select {
+		case s := <-b.p.queue:
+			b.add(s)
+		default:
+			b.export()
+			return
+		}
+	}
+}
+
+func (b *batcher) export() {
+	if len(b.spans) == 0 {
+		return
+	}
+	p := b.p
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.exportTO)
+	err := p.exp.ExportSpans(ctx, b.spans)
+	cancel()
+	if err != nil {
+		p.count(0, len(b.spans))
+		// One report per failure streak, not one per batch: a backend
+		// that is down must not flood the error handler.
+		if !b.failing {
+			otel.Handle(err)
+		}
+		b.failing = true
+	} else {
+		b.failing = false
+		p.count(len(b.spans), 0)
+	}
+	b.reset()
+}
+
+// abandon counts what the batch holds as dropped: the processor stopped
+// before it was exported.
+func (b *batcher) abandon() {
+	b.p.count(0, len(b.spans))
+	b.reset()
+}
+
+func (b *batcher) reset() {
+	clear(b.spans)
+	b.spans = b.spans[:0]
+}
+
+// ForceFlush exports everything queued, waiting at most until ctx ends.
+func (p *Processor) ForceFlush(ctx context.Context) error {
+	ack := make(chan struct{})
+	select {
+	case p.flushCh <- ack:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.done:
+		return nil
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Shutdown stops accepting spans, exports what is queued and shuts the
+// exporter down, all within ctx or the shutdown timeout, whichever is
+// earlier. Whatever was not exported by then — queued, in a batch, or in an
+// export the deadline cut short — is counted as dropped, once, and the
+// counts are settled: produced == exported + dropped from then on. Only
+// the first call does anything.
+func (p *Processor) Shutdown(ctx context.Context) error {
+	var err error
+	p.once.Do(func() {
+		ctx, cancel := context.WithTimeout(ctx, p.cfg.shutdownTO)
+		defer cancel()
+		p.closed.Store(true)
+		flushErr := p.ForceFlush(ctx)
+		close(p.stop)
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			p.cancel() // a hung export returns now, if its exporter honours ctx
+		}
+		p.settle()
+		err = p.shutdownExporter(ctx)
+		if err == nil {
+			err = flushErr
+		}
+		p.cancel()
+	})
+	return err
+}
+
+// settle counts every produced span neither exported nor dropped yet as
+// dropped and freezes the counts. An OnEnd racing it either counted its span
+// as produced before settle read the count — then the span is in the
+// difference, and its own drop, if any, comes after the freeze and is
+// ignored — or after, and then the span is in none of the frozen counts.
+func (p *Processor) settle() {
+	p.gate.Lock()
+	defer p.gate.Unlock()
+	p.produced = p.nProduced.Load()
+	p.addDropped(p.produced - p.nExported.Load() - p.nDropped.Load())
+	p.settled.Store(true)
+	for {
+		select {
+		case <-p.queue: // release them; already counted
+		default:
+			return
+		}
+	}
+}
+
+func (p *Processor) shutdownExporter(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- p.exp.Shutdown(ctx) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,134 @@
+// Package transport carries lifecycle updates from engines in other
+// processes — in any language — to an otelstats.Tracker: a Collector that
+// reads Unix sockets, TCP on the loopback interface, stdin and HTTP bodies,
+// and a Go Producer that never blocks its engine.
+//
+// # Streams
+//
+// A stream is one connection (or stdin, or one HTTP body) from one producer.
+// Its first byte decides its encoding: 'L' starts the binary encoding's
+// header, '{' (after optional whitespace) starts JSON lines. Anything else
+// ends the stream as garbage.
+//
+// Every stream should begin with its producer's clock anchor (a HELLO): the
+// producer's wall clock and monotonic clock read at the same instant. An
+// update may then carry its time on the monotonic clock, which the collector
+// maps onto wall time as
+//
+//	wall = hello.wall + (update.mono − hello.mono)
+//
+// so intervals within the producer come from its monotonic clock and only
+// the anchor crosses the process boundary as wall time (SPEC §5). An update
+// may instead carry wall time directly. A later HELLO on the same stream
+// replaces the anchor; a monotonic time before any HELLO is rejected
+// (counted as no_anchor). With Config.AlignClocks the collector also
+// replaces the producer's wall clock by its own: the offset between the
+// HELLO's wall time and the collector's clock when the HELLO arrived is
+// added to every time of the stream, which removes the skew of a producer on
+// the same host whose wall clock is off (see AlignClocks).
+//
+// # JSON lines
+//
+// One JSON object per line ('\n'-terminated, at most Config.MaxLine bytes),
+// in the update-log format of ParseUpdate, plus:
+//
+//	{"type":"HELLO","producer":"engine-0","wall_ts":1700000000.123456789,"mono_ts":8123.000123456}
+//	{"request_id":"r1","type":"QUEUED","mono_ts":8123.004}
+//
+// wall_ts is Unix seconds, mono_ts seconds on the producer's monotonic
+// clock (any origin), both decimal and read exactly to the nanosecond. An
+// update line carries ts (Unix seconds) or mono_ts; when it has both, ts
+// wins. A final line without its newline is applied if it is a complete JSON
+// object and counted as truncated otherwise; a longer line than MaxLine is
+// skipped up to its newline and counted as oversized.
+//
+// # Binary encoding, version 1
+//
+// All integers are big-endian or unsigned LEB128 varints ("uvarint": 7 bits
+// per byte, low group first, high bit set on every byte but the last; at
+// most 10 bytes; protobuf's and Go's binary.Uvarint). A "string" is a
+// uvarint byte length followed by that many bytes of UTF-8.
+//
+// The stream starts with a 5-byte header:
+//
+//	offset 0  4 bytes  magic "LLMT" (0x4C 0x4C 0x4D 0x54)
+//	offset 4  1 byte   version, 0x01
+//
+// then frames, back to back:
+//
+//	offset 0  4 bytes  L, big-endian uint32: the number of bytes that follow
+//	                   (type + body); 1 ≤ L ≤ MaxFrame (65,536 by default)
+//	offset 4  1 byte   frame type: 0x01 HELLO, 0x02 UPDATE; other types are
+//	                   skipped (reserved for later versions)
+//	offset 5  L−1      body
+//
+// A length of 0 or above MaxFrame cannot be resynchronised from, so it ends
+// the stream (counted as oversized). A frame whose body does not decode is
+// skipped (counted as malformed); the stream goes on with the next frame.
+//
+// HELLO body:
+//
+//	uvarint  wall_ns   Unix time of the anchor, nanoseconds (> 0)
+//	uvarint  mono_ns   the producer's monotonic clock at the same instant, ns
+//	string   producer  a name for logs (≤ 256 bytes; may be empty)
+//	                   (bytes after it are ignored)
+//
+// UPDATE body:
+//
+//	u8       kind      1 ARRIVED, 2 INPUT_PROCESSED, 3 QUEUED, 4 PREFILLING,
+//	                   5 PREEMPTED, 6 DECODING, 7 DETOKENIZED, 8 FINISHED
+//	                   (vLLM's RequestStatsUpdate.Type + 1)
+//	u8       flags     bits 0–1 side: 0 from the kind (FINISHED: frontend),
+//	                   1 frontend, 2 engine; bit 2: time is monotonic
+//	                   (mapped through the HELLO), else Unix wall time;
+//	                   bits 3–7 zero
+//	uvarint  time_ns   the update's time, nanoseconds
+//	string   request_id  1–512 bytes
+//	fields   until the end of the frame, each one byte id then a value:
+//	         ids 0x01–0x3F carry a uvarint, ids 0x40–0x7F a string; an
+//	         unknown id in those ranges is skipped, ids 0x00 and 0x80–0xFF
+//	         make the frame malformed. A repeated field's last value wins.
+//
+//	  0x01 num_prompt_tokens    required on INPUT_PROCESSED
+//	  0x02 num_computed_tokens  required on PREFILLING
+//	  0x03 num_cached_tokens    required on PREFILLING
+//	  0x04 num_new_tokens       required on DETOKENIZED; DECODING: default 1
+//	  0x05 busy_ns              detokenizer busy time of a delivery
+//	  0x40 model                required on ARRIVED
+//	  0x41 operation
+//	  0x42 scope
+//	  0x43 finish_reason        required on FINISHED
+//	  0x44 error_type
+//	  0x45 sampling_params      a JSON object as in the update log
+//
+// Counts above 2^30 are rejected as absurd.
+//
+// For example, a HELLO from "e0" anchored at wall 1700000000 s, mono 5 s,
+// after the header:
+//
+//	4C 4C 4D 54 01                 header: "LLMT", version 1
+//	00 00 00 12                    L = 18
+//	01                             HELLO
+//	80 80 A8 B1 E3 9F E7 CB 17     wall_ns 1700000000000000000
+//	80 E4 97 D0 12                 mono_ns 5000000000
+//	02 65 30                       producer "e0"
+//
+// and DECODING of request "0123456789abcdef" by the engine at mono
+// 8123.000123456 s (31 bytes):
+//
+//	00 00 00 1B                    L = 27
+//	02                             UPDATE
+//	06                             kind DECODING
+//	06                             flags: side engine (2) | monotonic (4)
+//	C0 E0 A5 C4 B4 EC 01           time_ns 8123000123456
+//	10 30 31 … 66                  request_id, 16 bytes
+//	                               (no fields: num_new_tokens defaults to 1)
+//
+// # Drops
+//
+// Producers never block on the collector. The collector reads each stream as
+// fast as it arrives and hands decoded updates to a bounded queue; when the
+// queue is full the update is dropped and counted. The Go Producer keeps a
+// bounded buffer of its own: Send never blocks, a full buffer drops and
+// counts, and a lost connection is re-dialled with exponential backoff.
+package transport

@@ -1,0 +1,363 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// processStart is the origin of this process's monotonic timestamps.
+var processStart = time.Now()
+
+// Defaults of a Producer.
+const (
+	DefaultProducerBuffer = 8192
+	DefaultMinBackoff     = 20 * time.Millisecond
+	DefaultMaxBackoff     = 2 * time.Second
+	DefaultWriteTimeout   = time.Second
+)
+
+// ProducerConfig configures a Producer.
+type ProducerConfig struct {
+	// Addr is the collector's address, "unix:PATH" or "tcp:HOST:PORT".
+	Addr string
+	// Name identifies the producer in the collector's logs.
+	Name string
+	// JSON sends JSON lines (with wall-clock ts) instead of binary frames.
+	JSON bool
+	// Buffer bounds the updates waiting to be written (default 8,192); Send
+	// drops when it is full.
+	Buffer int
+	// MinBackoff and MaxBackoff bound the wait between connection attempts
+	// (defaults 20 ms and 2 s, doubling).
+	MinBackoff, MaxBackoff time.Duration
+	// WriteTimeout bounds one write; a collector that stops reading for
+	// longer costs the connection, never the engine (default 1 s).
+	WriteTimeout time.Duration
+	// ClockOffset is added to this producer's idea of wall time: its clock
+	// anchor and any time without a monotonic reading. For demonstrating and
+	// testing skew between processes; leave it zero.
+	ClockOffset time.Duration
+	// Logger gets connection events; none when nil.
+	Logger *slog.Logger
+}
+
+// ProducerStats count a Producer's updates.
+type ProducerStats struct {
+	Queued   int64 // accepted by Send
+	Sent     int64 // written to the connection
+	Dropped  int64 // refused by Send (buffer full or closed), or unsent at Close
+	Lost     int64 // encoded, but the connection failed while writing them
+	Connects int64 // connections established
+}
+
+// Producer sends updates to a Collector over a Unix socket or TCP. Send
+// never blocks: updates wait in a bounded buffer for one writer goroutine,
+// which batches them into as few writes as possible and re-dials with
+// exponential backoff when the connection is lost. It connects as soon as
+// it is created; each connection starts with the stream header and a HELLO
+// carrying the producer's clock anchor, written at once;
+// updates whose time has a monotonic reading (time.Now) are sent on the
+// monotonic clock. A Producer is safe for concurrent use.
+type Producer struct {
+	cfg  ProducerConfig
+	addr Addr
+	log  *slog.Logger
+
+	ch     chan otelstats.Update
+	stop   chan struct{}
+	done   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed atomic.Bool
+	once   sync.Once
+
+	connMu sync.Mutex
+	conn   net.Conn
+
+	anchorWall, anchorMono int64
+
+	n struct{ queued, sent, dropped, lost, connects atomic.Int64 }
+}
+
+// NewProducer starts a producer. It connects in the background; updates sent
+// before the collector is up wait in the buffer (and are dropped when it
+// fills).
+func NewProducer(cfg ProducerConfig) (*Producer, error) {
+	a, err := ParseAddr(cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Buffer <= 0 {
+		cfg.Buffer = DefaultProducerBuffer
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = DefaultMinBackoff
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	now := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Producer{
+		cfg: cfg, addr: a, log: lg,
+		ch:         make(chan otelstats.Update, cfg.Buffer),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+		ctx:        ctx,
+		cancel:     cancel,
+		anchorWall: now.UnixNano() + int64(cfg.ClockOffset),
+		anchorMono: int64(now.Sub(processStart)),
+	}
+	go p.run()
+	return p, nil
+}
+
+// Send queues u without blocking. It returns false, and counts a drop, when
+// the buffer is full or the producer is closed.
+func (p *Producer) Send(u otelstats.Update) bool {
+	if p.closed.Load() {
+		p.n.dropped.Add(1)
+		return false
+	}
+	select {
+	case p.ch <- u:
+		p.n.queued.Add(1)
+		return true
+	default:
+		p.n.dropped.Add(1)
+		return false
+	}
+}
+
+// Stats returns the producer's counters.
+func (p *Producer) Stats() ProducerStats {
+	return ProducerStats{
+		Queued: p.n.queued.Load(), Sent: p.n.sent.Load(), Dropped: p.n.dropped.Load(),
+		Lost: p.n.lost.Load(), Connects: p.n.connects.Load(),
+	}
+}
+
+// Close stops accepting updates and writes what is buffered, until ctx ends;
+// then it closes the connection. Updates it could not write are counted as
+// dropped. It returns ctx's error when ctx ended first.
+func (p *Producer) Close(ctx context.Context) error {
+	p.once.Do(func() {
+		p.closed.Store(true)
+		close(p.stop)
+	})
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		p.cancel()
+		p.connMu.Lock()
+		if p.conn != nil {
+			_ = p.conn.Close()
+		}
+		p.connMu.Unlock()
+		<-p.done
+		return ctx.Err()
+	}
+}
+
+// stamp is how u's time travels: on the monotonic clock when it has a
+// monotonic reading, else as wall time.
+func (p *Producer) stamp(t time.Time) Stamp {
+	if t != t.Round(0) {
+		if m := t.Sub(processStart); m >= 0 {
+			return Stamp{Ns: int64(m), Mono: true}
+		}
+	}
+	return Stamp{Ns: t.UnixNano() + int64(p.cfg.ClockOffset)}
+}
+
+// hello is the anchor sent at the start of a connection: the monotonic clock
+// now, and the wall time the producer's one anchor maps it to.
+func (p *Producer) hello() Hello {
+	mono := int64(time.Since(processStart))
+	return Hello{Producer: p.cfg.Name, MonoNs: mono, WallNs: p.anchorWall + (mono - p.anchorMono)}
+}
+
+func (p *Producer) appendHeader(dst []byte) []byte {
+	h := p.hello()
+	if !p.cfg.JSON {
+		return AppendHello(AppendHeader(dst), h)
+	}
+	name, _ := json.Marshal(h.Producer)
+	dst = append(dst, `{"type":"HELLO","producer":`...)
+	dst = append(dst, name...)
+	dst = append(dst, `,"wall_ts":`...)
+	dst = appendSeconds(dst, h.WallNs)
+	dst = append(dst, `,"mono_ts":`...)
+	dst = appendSeconds(dst, h.MonoNs)
+	return append(dst, "}\n"...)
+}
+
+func (p *Producer) appendUpdate(dst []byte, u *otelstats.Update) []byte {
+	s := p.stamp(u.Time)
+	if !p.cfg.JSON {
+		return AppendUpdate(dst, u, s)
+	}
+	ns := s.Ns
+	if s.Mono {
+		ns = p.anchorWall + (s.Ns - p.anchorMono)
+	}
+	v := *u
+	v.Time = time.Unix(0, ns)
+	return AppendUpdateJSON(dst, &v)
+}
+
+// appendSeconds writes ns as decimal seconds with nine fraction digits.
+func appendSeconds(dst []byte, ns int64) []byte {
+	if ns < 0 {
+		ns = 0
+	}
+	dst = strconv.AppendInt(dst, ns/1e9, 10)
+	frac := strconv.FormatInt(ns%1e9, 10)
+	dst = append(dst, '.')
+	for i := len(frac); i < 9; i++ {
+		dst = append(dst, '0')
+	}
+	return append(dst, frac...)
+}
+
+const (
+	maxBatchUpdates = 1024
+	maxBatchBytes   = 32 << 10
+)
+
+func (p *Producer) run() {
+	defer close(p.done)
+	defer p.cancel()
+	var conn net.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		p.connMu.Lock()
+		p.conn = nil
+		p.connMu.Unlock()
+		// What is left was never written.
+		p.n.dropped.Add(int64(len(p.ch)))
+	}()
+	drop := func() {
+		_ = conn.Close()
+		conn = nil
+		p.connMu.Lock()
+		p.conn = nil
+		p.connMu.Unlock()
+	}
+	var buf []byte
+	backoff := p.cfg.MinBackoff
+	stopping := false
+	for {
+		if conn == nil {
+			// Connect eagerly, and send the clock anchor at once: the
+			// HELLO's timing is what a collector aligning clocks measures.
+			c, err := p.dial()
+			if err == nil {
+				conn = c
+				buf = p.appendHeader(buf[:0])
+				_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+				if _, err = conn.Write(buf); err != nil {
+					drop()
+				}
+			}
+			if err != nil {
+				if stopping || p.ctx.Err() != nil {
+					return // closing, and nobody to send to
+				}
+				p.log.Debug("collector unreachable", "addr", p.addr.String(), "err", err, "retry_in", backoff)
+				t := time.NewTimer(backoff)
+				select {
+				case <-t.C:
+				case <-p.stop:
+					stopping = true
+					t.Stop()
+				case <-p.ctx.Done():
+					t.Stop()
+				}
+				backoff = min(2*backoff, p.cfg.MaxBackoff)
+				continue
+			}
+			backoff = p.cfg.MinBackoff
+			p.n.connects.Add(1)
+			p.log.Info("connected to collector", "addr", p.addr.String())
+		}
+
+		var u otelstats.Update
+		if !stopping {
+			select {
+			case u = <-p.ch:
+			case <-p.stop:
+				stopping = true
+				continue
+			case <-p.ctx.Done():
+				return
+			}
+		} else {
+			select {
+			case u = <-p.ch:
+			default:
+				return // drained
+			}
+		}
+		if p.ctx.Err() != nil {
+			p.n.dropped.Add(1)
+			return
+		}
+		n := 1
+		buf = p.appendUpdate(buf[:0], &u)
+	batch:
+		for n < maxBatchUpdates && len(buf) < maxBatchBytes {
+			select {
+			case u = <-p.ch:
+				buf = p.appendUpdate(buf, &u)
+				n++
+			default:
+				break batch
+			}
+		}
+		_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+		if _, err := conn.Write(buf); err != nil {
+			p.n.lost.Add(int64(n))
+			p.log.Warn("lost the collector connection", "addr", p.addr.String(), "err", err, "lost_updates", n)
+			drop()
+			continue
+		}
+		p.n.sent.Add(int64(n))
+	}
+}
+
+func (p *Producer) dial() (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, time.Second)
+	defer cancel()
+	c, err := Dial(ctx, p.addr)
+	if err != nil {
+		return nil, err
+	}
+	p.connMu.Lock()
+	defer p.connMu.Unlock()
+	if p.ctx.Err() != nil {
+		_ = c.Close()
+		return nil, errors.New("transport: producer closed")
+	}
+	p.conn = c
+	return c, nil
+}
