@@ -1,10 +1,4 @@
-// Package ocb builds an OpenTelemetry Collector distribution from an ocb
-// (OpenTelemetry Collector Builder) manifest for tests, once per content:
-// the binary is cached under the user cache (~/.cache/llmtrace, where
-// scripts/build-jaeger.sh keeps Jaeger), keyed by the builder's version,
-// the manifest and every local Go source the distribution compiles, so a
-// changed component rebuilds and an unchanged one starts at once.
-package ocb
+package testbackend
 
 import (
 	"crypto/sha256"
@@ -21,22 +15,64 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// CacheDir is where built collectors are kept: $XDG_CACHE_HOME/llmtrace or
-// ~/.cache/llmtrace; empty when neither can be found.
-func CacheDir() string {
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "llmtrace")
-	}
-	return ""
+// CollectorBuild is an OpenTelemetry Collector distribution a test runs,
+// built from an ocb (OpenTelemetry Collector Builder) manifest once per
+// content: the binary is cached under CacheDir, keyed by the builder's
+// version, the manifest and every local Go source the distribution
+// compiles, so a changed component rebuilds and an unchanged one starts at
+// once. A cold build takes minutes, so it only happens when asked for:
+//
+//	$BinEnv=/path/to/otelcol       use this binary
+//	LLMTRACE_BUILD_COLLECTOR=1     build it into the cache if missing (the
+//	                               default when CI is set;
+//	                               LLMTRACE_BUILD_COLLECTOR=0 opts out)
+type CollectorBuild struct {
+	Manifest       string // the ocb manifest
+	BuilderVersion string // e.g. v0.161.0
+	// RepoRoot and LocalPackages (import paths relative to the manifest's
+	// directory) name the local components whose sources key the cache.
+	RepoRoot      string
+	LocalPackages []string
+	BinEnv        string // e.g. LLMTRACE_OTELCOL_BIN
 }
 
-// Binary returns the collector built from manifest with ocb version
+// EnvBuildCollector asks for collectors to be built when missing.
+const EnvBuildCollector = "LLMTRACE_BUILD_COLLECTOR"
+
+// Binary finds or builds the collector. skip is non-empty (and err nil)
+// when there is no binary and building was not asked for.
+func (c CollectorBuild) Binary() (bin, skip string, err error) {
+	if c.BinEnv != "" {
+		if p := os.Getenv(c.BinEnv); p != "" {
+			if _, err := os.Stat(p); err != nil {
+				return "", "", fmt.Errorf("%s: %w", c.BinEnv, err)
+			}
+			return p, "", nil
+		}
+	}
+	b := os.Getenv(EnvBuildCollector)
+	build := b == "1" || (b != "0" && os.Getenv(EnvCI) != "")
+	bin, missing, err := buildCollector(c.Manifest, c.BuilderVersion, c.RepoRoot, c.LocalPackages, build, os.Stderr)
+	if err != nil {
+		return "", "", err
+	}
+	if missing {
+		skip = fmt.Sprintf("no collector binary at %s; set %s=1 to build it with ocb %s (minutes, once)", bin, EnvBuildCollector, c.BuilderVersion)
+		if c.BinEnv != "" {
+			skip += " or " + c.BinEnv + "=/path/to/binary"
+		}
+		return "", skip, nil
+	}
+	return bin, "", nil
+}
+
+// buildCollector returns the collector built from manifest with ocb version
 // builderVersion (e.g. v0.161.0), building it into the cache when missing
 // and build is true. localPkgs are the import paths of the manifest's
 // local components: the sources they compile (within repoRoot) are part of
 // the cache key. It reports missing=true (and no error) when there is no
 // binary and build is false.
-func Binary(manifest, builderVersion, repoRoot string, localPkgs []string, build bool, log io.Writer) (bin string, missing bool, err error) {
+func buildCollector(manifest, builderVersion, repoRoot string, localPkgs []string, build bool, log io.Writer) (bin string, missing bool, err error) {
 	cfg, err := os.ReadFile(manifest)
 	if err != nil {
 		return "", false, err
@@ -56,7 +92,7 @@ func Binary(manifest, builderVersion, repoRoot string, localPkgs []string, build
 	}
 	cache := CacheDir()
 	if cache == "" {
-		return "", false, fmt.Errorf("no user cache directory ($HOME unset)")
+		return "", false, fmt.Errorf("no cache directory ($HOME unset)")
 	}
 	dir := filepath.Join(cache, name+"-"+key)
 	bin = filepath.Join(dir, name)

@@ -1,4 +1,4 @@
-package otelcol_test
+package fleet
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/llmtrace/llmtrace/attributes"
-	"github.com/llmtrace/llmtrace/internal/testbackend"
+	"github.com/llmtrace/llmtrace/e2e/testbackend"
 	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/reconstruct"
 	"github.com/llmtrace/llmtrace/spans"
@@ -121,7 +121,7 @@ type collectorProc struct {
 // used unchanged), with env for every address.
 func startCollector(t *testing.T, bin, name, recipe string, overlay string, env map[string]string) {
 	t.Helper()
-	args := []string{"--config=file:" + filepath.Join("..", "deploy", "fleet", recipe)}
+	args := []string{"--config=file:" + filepath.Join("..", "..", "deploy", "fleet", recipe)}
 	if overlay != "" {
 		p := filepath.Join(t.TempDir(), name+"-overlay.yaml")
 		if err := os.WriteFile(p, []byte(overlay), 0o644); err != nil {

@@ -1,4 +1,4 @@
-package otelcol_test
+package fleet
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/llmtrace/llmtrace/otelcol/internal/ocb"
+	"github.com/llmtrace/llmtrace/e2e/testbackend"
 )
 
 // BuilderVersion is the ocb release of builder-config.yaml.
@@ -17,36 +17,31 @@ const BuilderVersion = "v0.161.0"
 var (
 	binOnce sync.Once
 	binPath string
-	binMiss bool
+	binSkip string
 	binErr  error
 )
 
 // collectorBinary finds or builds (once per test process) the llmtrace
-// distribution:
-//
-//	LLMTRACE_OTELCOL_LLMTRACE_BIN=/path  use this binary
-//	LLMTRACE_BUILD_COLLECTOR=1           build it into the cache if missing
-//	                                     (the default when CI is set;
-//	                                     LLMTRACE_BUILD_COLLECTOR=0 opts out)
-//
-// A cold build takes minutes; a cached one is found at once.
+// distribution from otelcol/builder-config.yaml with testbackend's ocb
+// harness: LLMTRACE_OTELCOL_LLMTRACE_BIN names a prebuilt one,
+// LLMTRACE_BUILD_COLLECTOR=1 (the default under CI) builds it into the
+// cache, keyed by the manifest and the components' sources. A cold build
+// takes minutes; a cached one is found at once.
 func collectorBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
-		if p := os.Getenv("LLMTRACE_OTELCOL_LLMTRACE_BIN"); p != "" {
-			binPath, binErr = p, nil
-			return
-		}
-		b := os.Getenv("LLMTRACE_BUILD_COLLECTOR")
-		build := b == "1" || (b != "0" && os.Getenv("CI") != "")
-		binPath, binMiss, binErr = ocb.Binary("builder-config.yaml", BuilderVersion, "..",
-			[]string{"./llmtraceprocessor", "./llmtraceconnector"}, build, os.Stderr)
+		root := filepath.Join("..", "..")
+		binPath, binSkip, binErr = testbackend.CollectorBuild{
+			Manifest: filepath.Join(root, "otelcol", "builder-config.yaml"), BuilderVersion: BuilderVersion,
+			RepoRoot: root, LocalPackages: []string{"./llmtraceprocessor", "./llmtraceconnector"},
+			BinEnv: "LLMTRACE_OTELCOL_LLMTRACE_BIN",
+		}.Binary()
 	})
 	if binErr != nil {
 		t.Fatal(binErr)
 	}
-	if binMiss {
-		t.Skipf("no llmtrace collector at %s; set LLMTRACE_BUILD_COLLECTOR=1 to build it with ocb %s (minutes, once)", binPath, BuilderVersion)
+	if binSkip != "" {
+		t.Skip(binSkip)
 	}
 	return binPath
 }
@@ -72,7 +67,7 @@ func TestFleetRecipeValidates(t *testing.T) {
 	bin := collectorBinary(t)
 	for _, recipe := range []string{"tier1.yaml", "tier2.yaml"} {
 		for _, env := range [][]string{nil, {"TIER2_ENDPOINTS=[127.0.0.1:1,127.0.0.1:2,127.0.0.1:3]", "SLOW_TTFT_SECONDS=0.5", "SAMPLE_PERCENTAGE=1.5", "TAIL_DECISION_WAIT=30s"}} {
-			cmd := exec.Command(bin, "validate", "--config=file:"+filepath.Join("..", "deploy", "fleet", recipe))
+			cmd := exec.Command(bin, "validate", "--config=file:"+filepath.Join("..", "..", "deploy", "fleet", recipe))
 			cmd.Env = append(os.Environ(), env...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Errorf("%s validate %s (env %v): %v\n%s", filepath.Base(bin), recipe, env, err, out)
@@ -84,7 +79,7 @@ func TestFleetRecipeValidates(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("processors:\n  llmtrace:\n    engine: llama.cpp\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "validate", "--config=file:"+filepath.Join("..", "deploy", "fleet", "tier2.yaml"), "--config=file:"+bad)
+	cmd := exec.Command(bin, "validate", "--config=file:"+filepath.Join("..", "..", "deploy", "fleet", "tier2.yaml"), "--config=file:"+bad)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "llama.cpp") {
 		t.Errorf("an unknown engine validated: %v\n%s", err, out)
 	}
