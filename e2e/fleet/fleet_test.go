@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"math/big"
 	"net"
@@ -97,6 +98,45 @@ func startWitness(t *testing.T) *witness {
 	go func() { _ = s.Serve(l) }()
 	t.Cleanup(s.Stop)
 	return w
+}
+
+// scrapeSum adds up every sample of metric (any labels, with or without a
+// _total suffix) in a Prometheus text exposition.
+func scrapeSum(t *testing.T, u, metric string) float64 {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Logf("scrape %s: %v", u, err)
+		return 0
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, line := range strings.Split(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			if j := strings.LastIndexByte(line, '}'); j > i {
+				name, rest = line[:i], strings.TrimSpace(line[j+1:])
+			}
+		}
+		if name != metric && name != metric+"_total" {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
 }
 
 func freePort(t *testing.T) int {
@@ -262,12 +302,13 @@ func TestFleetLive(t *testing.T) {
 	jaeger := testbackend.StartJaeger(t)
 
 	type tier2 struct {
-		w                  *witness
-		otlp, prom, health string
+		w                             *witness
+		otlp, prom, health, telemetry string
 	}
 	var t2 []tier2
 	for _, name := range []string{"tier2-a", "tier2-b"} {
-		c := tier2{w: startWitness(t), otlp: addr(freePort(t)), prom: addr(freePort(t)), health: addr(freePort(t))}
+		tport := freePort(t)
+		c := tier2{w: startWitness(t), otlp: addr(freePort(t)), prom: addr(freePort(t)), health: addr(freePort(t)), telemetry: addr(tport)}
 		overlay := fmt.Sprintf(`exporters:
   otlp_grpc/witness:
     endpoint: %s
@@ -280,7 +321,7 @@ service:
 `, c.w.addr)
 		startCollector(t, bin, name, "tier2.yaml", overlay, map[string]string{
 			"TIER2_OTLP_GRPC_ENDPOINT": c.otlp, "TIER2_HEALTH_ENDPOINT": c.health,
-			"TIER2_PROMETHEUS_ENDPOINT": c.prom, "TIER2_TELEMETRY_PORT": strconv.Itoa(freePort(t)),
+			"TIER2_PROMETHEUS_ENDPOINT": c.prom, "TIER2_TELEMETRY_PORT": strconv.Itoa(tport),
 			"JAEGER_OTLP_ENDPOINT": jaeger.OTLPGRPCEndpoint(), "SLOW_TTFT_SECONDS": strconv.FormatFloat(slowTTFT.Seconds(), 'f', -1, 64),
 			"SAMPLE_PERCENTAGE": strconv.FormatFloat(samplePercent, 'f', -1, 64), "TAIL_DECISION_WAIT": decisionWait.String(),
 			"METRICS_FLUSH_INTERVAL": metricsInterval.String(),
@@ -357,14 +398,27 @@ service:
 			t.Errorf("kept trace %s has %d spans in Jaeger, want %d", r.traceID, len(tr.Spans), r.spans)
 		}
 	}
-	// Every trace was decided once all kept ones are in (each trace's
-	// decision_wait ran out in arrival order); the dropped ones must be
-	// absent, not merely late: wait out one more decision_wait past the
-	// last kept trace's arrival in Jaeger before looking.
-	deadline := time.Now().Add(2*decisionWait + time.Second)
-	for time.Now().Before(deadline) {
+	// The dropped traces must be absent, not merely late: wait until both
+	// tail samplers report a decision for every trace (their own
+	// telemetry), then look.
+	var decided, early float64
+	for {
+		decided, early = 0, 0
+		for _, c := range t2 {
+			decided += scrapeSum(t, "http://"+c.telemetry+"/metrics", "otelcol_processor_tail_sampling_global_count_traces_sampled")
+			early += scrapeSum(t, "http://"+c.telemetry+"/metrics", "otelcol_processor_tail_sampling_sampling_trace_dropped_too_early")
+		}
+		if decided >= float64(len(reqs)) || ctx.Err() != nil {
+			break
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	if decided != float64(len(reqs)) || early != 0 {
+		t.Fatalf("tail sampling decided %v traces (%v dropped too early), want %d decided", decided, early, len(reqs))
+	}
+	// A decision reaches Jaeger through a batch and Jaeger's own batching:
+	// every kept trace is already complete there (checked above), so a
+	// dropped one present now would have been exported.
 	dropped := 0
 	for _, r := range reqs {
 		if r.keep {
