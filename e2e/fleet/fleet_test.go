@@ -32,6 +32,7 @@ import (
 
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/e2e/testbackend"
+	"github.com/llmtrace/llmtrace/examples/simengine/waterfall"
 	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/reconstruct"
 	"github.com/llmtrace/llmtrace/spans"
@@ -443,7 +444,7 @@ service:
 			if err != nil {
 				t.Fatal(err)
 			}
-			text := renderWaterfall(tr)
+			text := renderWaterfall(t, tr)
 			t.Logf("reconstructed vLLM trace %s from Jaeger:\n%s", r.traceID, text)
 			if p := os.Getenv("LLMTRACE_FLEET_WATERFALL"); p != "" {
 				if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
@@ -823,50 +824,56 @@ func sorted(m map[string]float64) []string {
 	return o
 }
 
-// renderWaterfall draws a trace from Jaeger's API as text, one bar per
-// span, children under their parents, like the demo's terminal waterfall.
-func renderWaterfall(tr *testbackend.Trace) string {
-	if len(tr.Spans) == 0 {
-		return ""
-	}
-	lo, hi := tr.Spans[0].Start(), tr.Spans[0].End()
+// jaegerSpan is a span read back from Jaeger as a ReadOnlySpan.
+type jaegerSpan struct{ sdktrace.ReadOnlySpan }
+
+// renderWaterfall draws a trace read back from Jaeger's API with the
+// demo's terminal waterfall (examples/simengine/waterfall), so the README
+// shows what a user's terminal shows.
+func renderWaterfall(t *testing.T, tr *testbackend.Trace) string {
+	t.Helper()
+	ro := make([]sdktrace.ReadOnlySpan, 0, len(tr.Spans))
 	for _, s := range tr.Spans {
-		if s.Start().Before(lo) {
-			lo = s.Start()
+		tid, _ := trace.TraceIDFromHex(s.TraceID)
+		sid, _ := trace.SpanIDFromHex(s.SpanID)
+		stub := tracetest.SpanStub{
+			Name:        s.Name,
+			SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}),
+			SpanKind:    trace.SpanKind(s.Kind),
+			StartTime:   s.Start(), EndTime: s.End(),
 		}
-		if s.End().After(hi) {
-			hi = s.End()
+		if s.ParentSpanID != "" {
+			pid, _ := trace.SpanIDFromHex(s.ParentSpanID)
+			stub.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: pid, TraceFlags: trace.FlagsSampled})
 		}
+		for k, v := range s.Attributes {
+			switch v := v.(type) {
+			case string:
+				stub.Attributes = append(stub.Attributes, attribute.String(k, v))
+			case bool:
+				stub.Attributes = append(stub.Attributes, attribute.Bool(k, v))
+			case int64:
+				stub.Attributes = append(stub.Attributes, attribute.Int64(k, v))
+			case float64:
+				stub.Attributes = append(stub.Attributes, attribute.Float64(k, v))
+			}
+		}
+		if s.ServiceName != "" {
+			stub.Resource = resource.NewSchemaless(attribute.String("service.name", s.ServiceName))
+		}
+		// A pointer: waterfall.FromSpans compares spans, and a snapshot
+		// value is not comparable.
+		ro = append(ro, &jaegerSpan{stub.Snapshot()})
 	}
-	const width = 48
-	total := hi.Sub(lo)
+	w, err := waterfall.FromSpans(ro)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Title = "router → vLLM llm_request, children rebuilt by the llmtrace processor"
+	if s, ok := tr.Span("llm_request"); ok {
+		w.RequestID, _ = s.Attributes[string(attributes.RequestID)].(string)
+	}
 	var b strings.Builder
-	var walk func(parent string, depth int)
-	ids := map[string]bool{}
-	for _, s := range tr.Spans {
-		ids[s.SpanID] = true
-	}
-	walk = func(parent string, depth int) {
-		var kids []testbackend.Span
-		for _, s := range tr.Spans {
-			if s.ParentSpanID == parent || (parent == "" && !ids[s.ParentSpanID]) {
-				kids = append(kids, s)
-			}
-		}
-		sort.Slice(kids, func(i, j int) bool { return kids[i].Start().Before(kids[j].Start()) })
-		for _, s := range kids {
-			from := int(float64(s.Start().Sub(lo)) / float64(total) * width)
-			to := int(math.Ceil(float64(s.End().Sub(lo)) / float64(total) * width))
-			to = max(to, from+1)
-			label := strings.Repeat("  ", depth) + s.Name
-			if s.ServiceName != "" && depth < 2 {
-				label += " (" + s.ServiceName + ")"
-			}
-			fmt.Fprintf(&b, "%-40s %8s |%s%s%s|\n", label, s.Duration().Round(time.Millisecond),
-				strings.Repeat(" ", from), strings.Repeat("█", to-from), strings.Repeat(" ", max(width-to, 0)))
-			walk(s.SpanID, depth+1)
-		}
-	}
-	walk("", 0)
+	w.Text(&b, 48)
 	return b.String()
 }
