@@ -224,7 +224,7 @@ func TestFromAttributes(t *testing.T) {
 		attribute.IntValue(3):                         "",
 	} {
 		if got := finishReason(&value{in}); got != want {
-			t.Errorf("finishReason(%v) = %q, want %q", in.Emit(), got, want)
+			t.Errorf("finishReason(%v) = %q, want %q", in.String(), got, want)
 		}
 	}
 }

@@ -42,8 +42,11 @@ import (
 const (
 	slowTTFT        = 1500 * time.Millisecond
 	samplePercent   = 25.0
-	fleetRequests   = 240
-	requestsPerSec  = 120 // ~5 spans a request: ~600 spans/s offered
+	// The offered load (about 6.75 spans a request, rebuilt children
+	// included); LLMTRACE_FLEET_REQUESTS and LLMTRACE_FLEET_RPS override it
+	// to measure the sustained rate (BENCHMARKS.md).
+	fleetRequests  = 240
+	requestsPerSec = 120
 	decisionWait    = 2 * time.Second
 	metricsInterval = time.Second
 )
@@ -148,13 +151,6 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-type collectorProc struct {
-	name                  string
-	otlp, prom, telemetry string
-	health                string
-	logs                  *strings.Builder
 }
 
 // startCollector runs the distribution with deploy/fleet/<recipe> and, for
@@ -329,6 +325,19 @@ service:
 		})
 		t2 = append(t2, c)
 	}
+	// On failure, what the tier-2 collectors say of their own losses.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i, c := range t2 {
+			for _, m := range []string{"otelcol_exporter_sent_spans", "otelcol_exporter_send_failed_spans", "otelcol_exporter_enqueue_failed_spans",
+				"otelcol_processor_tail_sampling_global_count_traces_sampled", "otelcol_processor_tail_sampling_sampling_trace_dropped_too_early",
+				"otelcol_processor_tail_sampling_sampling_traces_on_memory", "otelcol_receiver_refused_spans"} {
+				t.Logf("tier-2 %d: %s = %v", i, m, scrapeSum(t, "http://"+c.telemetry+"/metrics", m))
+			}
+		}
+	})
 	tier1 := addr(freePort(t))
 	startCollector(t, bin, "tier1", "tier1.yaml", "", map[string]string{
 		"TIER1_OTLP_GRPC_ENDPOINT": tier1, "TIER1_OTLP_HTTP_ENDPOINT": addr(freePort(t)),
@@ -337,7 +346,7 @@ service:
 	})
 	prom := testbackend.StartPrometheus(t, []string{t2[0].prom, t2[1].prom}, 500*time.Millisecond)
 
-	reqs := driveFleet(t, tier1)
+	reqs, sendStart := driveFleet(t, tier1)
 	byTrace := map[string]*request{}
 	totalSpans := 0
 	for _, r := range reqs {
@@ -357,8 +366,11 @@ service:
 		if n >= totalSpans || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
+	delivered := time.Since(sendStart)
+	t.Logf("tier 2 had all %d spans %s after the first was sent: %.0f spans/s through tier 1 and the llmtrace processor",
+		totalSpans, delivered.Round(time.Millisecond), float64(totalSpans)/delivered.Seconds())
 	seen := map[string]int{}
 	for i, c := range t2 {
 		got, total := c.w.snapshot()
@@ -461,7 +473,7 @@ service:
 
 // driveFleet sends fleetRequests requests at requestsPerSec through a
 // router to three engines and returns their ground truth.
-func driveFleet(t *testing.T, tier1 string) []*request {
+func driveFleet(t *testing.T, tier1 string) ([]*request, time.Time) {
 	t.Helper()
 	router := newProvider(t, tier1, "router")
 	vllm := newProvider(t, tier1, "vllm-c")
@@ -490,10 +502,12 @@ func driveFleet(t *testing.T, tier1 string) []*request {
 	}
 
 	var reqs []*request
-	tick := time.NewTicker(time.Second / requestsPerSec)
+	n, rps := envInt(t, "LLMTRACE_FLEET_REQUESTS", fleetRequests), envInt(t, "LLMTRACE_FLEET_RPS", requestsPerSec)
+	tick := time.NewTicker(time.Second / time.Duration(rps))
 	defer tick.Stop()
 	base := time.Now()
-	for i := range fleetRequests {
+	sendStart := time.Now()
+	for i := range n {
 		<-tick.C
 		at := base.Add(time.Duration(i) * 20 * time.Millisecond)
 		ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
@@ -517,6 +531,7 @@ func driveFleet(t *testing.T, tier1 string) []*request {
 		r.traceID = rs.SpanContext().TraceID().String()
 		reqs = append(reqs, r)
 	}
+	sent := time.Since(sendStart)
 	for _, e := range engines {
 		if err := e.tr.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
@@ -542,7 +557,25 @@ func driveFleet(t *testing.T, tier1 string) []*request {
 		}
 		r.keep = r.keep || probabilistic(mustTraceID(r.traceID), samplePercent)
 	}
-	return reqs
+	total := 0
+	for _, r := range reqs {
+		total += r.spans
+	}
+	t.Logf("offered %d requests, %d spans in %s: %.0f spans/s", len(reqs), total, sent.Round(time.Millisecond), float64(total)/sent.Seconds())
+	return reqs, sendStart
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
 }
 
 func (p *provider) p() trace.TracerProvider { return p.tp }

@@ -95,7 +95,7 @@ func fromSDK(rm metricdata.ResourceMetrics) (series, map[string]string) {
 	attrs := func(s attribute.Set) map[string]string {
 		o := map[string]string{}
 		for _, kv := range s.ToSlice() {
-			o[string(kv.Key)] = kv.Value.Emit()
+			o[string(kv.Key)] = kv.Value.String()
 		}
 		return o
 	}

@@ -88,6 +88,6 @@ func put(m pcommon.Map, kv attribute.KeyValue) {
 			sl.AppendEmpty().SetStr(s)
 		}
 	default:
-		m.PutStr(k, kv.Value.Emit())
+		m.PutStr(k, kv.Value.String())
 	}
 }
