@@ -40,13 +40,13 @@ import (
 
 // The fleet policy the test runs deploy/fleet/tier2.yaml with.
 const (
-	slowTTFT        = 1500 * time.Millisecond
-	samplePercent   = 25.0
+	slowTTFT      = 1500 * time.Millisecond
+	samplePercent = 25.0
 	// The offered load (about 6.75 spans a request, rebuilt children
 	// included); LLMTRACE_FLEET_REQUESTS and LLMTRACE_FLEET_RPS override it
 	// to measure the sustained rate (BENCHMARKS.md).
-	fleetRequests  = 240
-	requestsPerSec = 120
+	fleetRequests   = 240
+	requestsPerSec  = 120
 	decisionWait    = 2 * time.Second
 	metricsInterval = time.Second
 )
