@@ -67,11 +67,15 @@
 // FINISHED), FINISHED = start + e2e.
 //
 // TensorRT-LLM (tracing added by TensorRT-LLM pull request 5897, August
-// 2025; Engine TensorRTLLM). The llm_request span carries time_to_first_token,
-// e2e and time_in_queue computed from the executor's RequestPerfMetrics
-// (first scheduled − arrival for the queue, as vLLM V0), and -1 for a
-// value it could not compute: the same instants as vLLM V0, with negative
-// values silently absent.
+// 2025; Engine TensorRTLLM). Its tracing module is adapted from vLLM's and
+// its keys come from the executor's RequestPerfMetrics
+// (_process_req_perf_metrics): time_to_first_token = first token −
+// arrival, e2e = last token − arrival, time_in_queue = first scheduled −
+// arrival (from arrival, as vLLM V0), -1 for a value it could not compute;
+// no prefill or decode keys. So the same instants as vLLM V0, with negative
+// values silently absent. What this package could not check in
+// TensorRT-LLM's code is the span's own start; it is taken as the
+// request's arrival, as in the vLLM code it was adapted from.
 //
 // SGLang (releases whose request root span carries gen_ai.latency.*: the
 // "sglang server" tracer, root span "Req <rid>"; Engine SGLang). The root
