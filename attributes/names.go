@@ -60,10 +60,3 @@ const (
 	UnitRatio   = "1"
 	UnitPreempt = "{preemption}"
 )
-
-// MetricReconstructClamped counts values of engines' request spans that
-// contradicted each other and were clamped (SPEC §10).
-const MetricReconstructClamped = "llm.reconstruct.clamped"
-
-// UnitValue counts values (the clamped latencies of a span).
-const UnitValue = "{value}"
