@@ -39,7 +39,8 @@ type Span struct {
 }
 
 // Request is a rebuilt request: its lifecycle instants, each inside the
-// span and in lifecycle order, zero when the span does not show it.
+// span and in lifecycle order, zero when the span does not show it. It is
+// plain data (the zero Request shows nothing); Compute makes one.
 type Request struct {
 	Engine  Engine
 	Arrived time.Time // the span's start
