@@ -114,6 +114,8 @@ func (s *Span) Set(key string, v Value) {
 		}
 	case attributes.OperationName:
 		s.Operation = name(v)
+	case attributes.ProviderName:
+		s.Provider = name(v)
 	case attributes.FinishReasons:
 		s.FinishReason = finishReason(v)
 	}

@@ -34,7 +34,7 @@ func ExampleCompute() {
 	var t spans.Tree
 	r.Tree(&t)
 	for _, s := range t.Spans[1:] {
-		fmt.Printf("%-22s %6v → %v\n", s.Name, s.Start.Sub(start), s.End.Sub(start))
+		fmt.Printf("%-22s %6v → %v\n", s.Name, time.Duration(s.Start-start.UnixNano()), time.Duration(s.End-start.UnixNano()))
 	}
 	st := r.Stats()
 	fmt.Println("engine", r.Engine.Name, "TTFT", st.TTFT, "TPOT", st.TPOT, "clamped", r.Clamped)

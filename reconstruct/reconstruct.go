@@ -31,6 +31,8 @@ type Span struct {
 	// Operation, Model and FinishReason as the span gives them (empty when
 	// absent); bounded to MaxNameLength bytes by FromAttributes.
 	Operation, Model, FinishReason string
+	// Provider is the span's gen_ai.provider.name (empty when absent).
+	Provider string
 	// Failed is an error status on the span.
 	Failed bool
 	// Preemptions is llmtrace's llm.preemptions (-1 when absent; engines
@@ -58,7 +60,10 @@ type Request struct {
 
 	InputTokens, OutputTokens, CachedTokens, Preemptions int
 	Operation, Model, FinishReason                       string
-	Failed                                               bool
+	// Provider is gen_ai.provider.name, which the conventions require on
+	// the gen_ai.server.* metrics: the span's, else the engine's name.
+	Provider string
+	Failed   bool
 	// Clamped counts values that contradicted each other or were invalid
 	// (clamped into the span, or dropped).
 	Clamped int
@@ -117,6 +122,10 @@ func Compute(s *Span, e Engine) (Request, bool) {
 		Engine: e, InputTokens: s.InputTokens, OutputTokens: s.OutputTokens,
 		CachedTokens: s.CachedTokens, Preemptions: s.Preemptions,
 		Operation: s.Operation, Model: s.Model, FinishReason: s.FinishReason, Failed: s.Failed,
+		Provider: s.Provider,
+	}
+	if r.Provider == "" {
+		r.Provider = e.Name
 	}
 	if s.Start.IsZero() || s.End.IsZero() {
 		return r, false

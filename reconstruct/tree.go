@@ -1,6 +1,8 @@
 package reconstruct
 
 import (
+	"time"
+
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/llmtrace/llmtrace/attributes"
@@ -19,19 +21,19 @@ import (
 // Engine.NoExpand gets the root alone.
 func (r *Request) Tree(dst *spans.Tree) {
 	tl := spans.Timeline{
-		Start: r.Arrived, End: r.End, EngineEnd: r.Finished,
-		InputProcessed: r.InputDone, InputTokens: r.InputTokens,
-		FirstQueued: r.Queued, RootOnly: r.Engine.NoExpand,
+		Start: unixNs(r.Arrived), End: unixNs(r.End), EngineEnd: unixNs(r.Finished),
+		InputProcessed: unixNs(r.InputDone), InputTokens: r.InputTokens,
+		FirstQueued: unixNs(r.Queued), RootOnly: r.Engine.NoExpand,
 	}
 	if !r.LastToken.IsZero() {
-		tl.EngineEnd = r.LastToken
+		tl.EngineEnd = unixNs(r.LastToken)
 	}
 	if tl.InputTokens < 0 {
 		tl.InputTokens = -1
 	}
 	var runs [1]spans.Run
 	if !r.Prefilling.IsZero() {
-		runs[0] = spans.Run{Start: r.Prefilling, FirstToken: r.FirstToken, OutputTokens: max(r.OutputTokens, 0)}
+		runs[0] = spans.Run{Start: unixNs(r.Prefilling), FirstToken: unixNs(r.FirstToken), OutputTokens: max(r.OutputTokens, 0)}
 		tl.Runs = runs[:]
 	}
 	before := dst.Clamped
@@ -66,4 +68,13 @@ func dropKey(kvs []attribute.KeyValue, k attribute.Key) []attribute.KeyValue {
 		}
 	}
 	return out
+}
+
+// unixNs is t as spans.Timeline keeps instants: Unix nanoseconds, 0 for
+// one that never happened.
+func unixNs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }

@@ -83,8 +83,8 @@ var (
 
 // labels are a series' metric attributes; empty values are left out.
 type labels struct {
-	op, model, errType, reason string
-	overflow                   bool
+	op, provider, model, errType, reason string
+	overflow                             bool
 }
 
 func (l *labels) putTo(m pcommon.Map) {
@@ -93,7 +93,8 @@ func (l *labels) putTo(m pcommon.Map) {
 		return
 	}
 	for _, kv := range [...]struct{ k, v string }{
-		{string(attributes.OperationName), l.op}, {string(attributes.RequestModel), l.model},
+		{string(attributes.OperationName), l.op}, {string(attributes.ProviderName), l.provider},
+		{string(attributes.RequestModel), l.model},
 		{string(attributes.ErrorType), l.errType}, {string(attributes.FinishReason), l.reason},
 	} {
 		if kv.v != "" {

@@ -189,7 +189,7 @@ func isFailure(reason string) bool {
 
 // record adds one request to its resource's series.
 func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstruct.Request, ts pcommon.Timestamp) {
-	l := labels{op: r.Operation, model: c.model(r.Model), reason: r.FinishReason}
+	l := labels{op: r.Operation, provider: r.Provider, model: c.model(r.Model), reason: r.FinishReason}
 	l.errType = spanread.ErrorType(sp)
 	if l.errType == "" && (isFailure(r.FinishReason) || r.Failed) {
 		l.errType = r.FinishReason
@@ -199,7 +199,7 @@ func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstr
 	}
 	s := r.Stats()
 
-	b := getSeries(c, st.base, labels{op: l.op, model: l.model}, ts, func(l labels, t pcommon.Timestamp) *baseSeries {
+	b := getSeries(c, st.base, labels{op: l.op, provider: l.provider, model: l.model}, ts, func(l labels, t pcommon.Timestamp) *baseSeries {
 		return &baseSeries{labels: l, start: t}
 	})
 	for i, d := range [numHists]struct {
@@ -228,11 +228,11 @@ func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstr
 	add(cPCHits, int64(r.CachedTokens), pc)
 	add(cClamped, int64(r.Clamped), r.Clamped > 0)
 
-	d := getSeries(c, st.duration, labels{op: l.op, model: l.model, errType: l.errType}, ts, func(l labels, t pcommon.Timestamp) *durationSeries {
+	d := getSeries(c, st.duration, labels{op: l.op, provider: l.provider, model: l.model, errType: l.errType}, ts, func(l labels, t pcommon.Timestamp) *durationSeries {
 		return &durationSeries{labels: l, start: t}
 	})
 	d.h.record(durationInstrument.bounds, s.E2E.Seconds())
-	q := getSeries(c, st.requests, labels{op: l.op, model: l.model, reason: l.reason}, ts, func(l labels, t pcommon.Timestamp) *requestSeries {
+	q := getSeries(c, st.requests, labels{op: l.op, provider: l.provider, model: l.model, reason: l.reason}, ts, func(l labels, t pcommon.Timestamp) *requestSeries {
 		return &requestSeries{labels: l, start: t}
 	})
 	q.n++
@@ -242,7 +242,7 @@ func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstr
 // MaxSeries into the overflow series.
 func getSeries[S any](c *metricsConnector, m map[string]*S, l labels, ts pcommon.Timestamp, mk func(labels, pcommon.Timestamp) *S) *S {
 	c.key = append(c.key[:0], l.op...)
-	for _, p := range [...]string{l.model, l.errType, l.reason} {
+	for _, p := range [...]string{l.provider, l.model, l.errType, l.reason} {
 		c.key = append(c.key, 0)
 		c.key = append(c.key, p...)
 	}

@@ -266,17 +266,17 @@ func TestConnectorVLLMSpans(t *testing.T) {
 	ab.Status().SetCode(ptrace.StatusCodeError)
 	got, _ := fromPdata(runConnector(t, createDefaultConfig().(*Config), td))
 	for k, want := range map[string]point{
-		"gen_ai.server.time_to_first_token{}":              {count: 2, sum: 0.312},
-		"gen_ai.server.time_per_output_token{}":            {count: 1, sum: 0.07},
-		"gen_ai.server.request.duration{}":                 {count: 2, sum: 1.5},
-		"gen_ai.server.request.duration{error.type=abort}": {count: 1, sum: 0.2},
-		"llm.server.queue.duration{}":                      {count: 2, sum: 0.051},
-		"llm.server.decode.duration{}":                     {count: 2, sum: 0.7 + 0.488},
-		"llm.server.requests{llm.finish_reason=abort}":     {value: 1},
-		"llm.server.requests{llm.finish_reason=stop}":      {value: 1},
-		"llm.server.prompt_tokens{}":                       {value: 200},
-		"llm.server.generation_tokens{}":                   {value: 12},
-		"llm.reconstruct.clamped{}":                        {value: 1},
+		"gen_ai.server.time_to_first_token{gen_ai.provider.name=vllm}":               {count: 2, sum: 0.312},
+		"gen_ai.server.time_per_output_token{gen_ai.provider.name=vllm}":             {count: 1, sum: 0.07},
+		"gen_ai.server.request.duration{gen_ai.provider.name=vllm}":                  {count: 2, sum: 1.5},
+		"gen_ai.server.request.duration{error.type=abort,gen_ai.provider.name=vllm}": {count: 1, sum: 0.2},
+		"llm.server.queue.duration{gen_ai.provider.name=vllm}":                       {count: 2, sum: 0.051},
+		"llm.server.decode.duration{gen_ai.provider.name=vllm}":                      {count: 2, sum: 0.7 + 0.488},
+		"llm.server.requests{gen_ai.provider.name=vllm,llm.finish_reason=abort}":     {value: 1},
+		"llm.server.requests{gen_ai.provider.name=vllm,llm.finish_reason=stop}":      {value: 1},
+		"llm.server.prompt_tokens{gen_ai.provider.name=vllm}":                        {value: 200},
+		"llm.server.generation_tokens{gen_ai.provider.name=vllm}":                    {value: 12},
+		"llm.reconstruct.clamped{gen_ai.provider.name=vllm}":                         {value: 1},
 	} {
 		g, ok := got[k]
 		if !ok {
@@ -287,7 +287,7 @@ func TestConnectorVLLMSpans(t *testing.T) {
 			t.Errorf("%s = %+v, want count %d sum %g value %d", k, g, want.count, want.sum, want.value)
 		}
 	}
-	if _, ok := got["llm.server.prefix_cache.queries{}"]; ok {
+	if _, ok := got["llm.server.prefix_cache.queries{gen_ai.provider.name=vllm}"]; ok {
 		t.Error("prefix-cache queries counted without a cached-token count")
 	}
 }

@@ -95,8 +95,8 @@ func appendChildren(out ptrace.SpanSlice, parent ptrace.Span, t *spans.Tree) {
 		}
 		c.SetName(s.Name)
 		c.SetKind(ptrace.SpanKindInternal)
-		c.SetStartTimestamp(pcommon.NewTimestampFromTime(s.Start))
-		c.SetEndTimestamp(pcommon.NewTimestampFromTime(s.End))
+		c.SetStartTimestamp(pcommon.Timestamp(s.Start))
+		c.SetEndTimestamp(pcommon.Timestamp(s.End))
 		a := c.Attributes()
 		a.EnsureCapacity(len(s.Attrs))
 		for _, kv := range s.Attrs {
