@@ -27,8 +27,8 @@ func TestTrackerOptions(t *testing.T) {
 		wantSpans int
 		direct    bool
 	}{
-		{"", 9, true},
-		{"parentbased_always_on", 9, true},
+		{"", 10, true}, // a preempted request: the root and nine children, llm.handoff among them
+		{"parentbased_always_on", 10, true},
 		{"always_off", 0, false},
 	} {
 		t.Run("sampler="+tc.sampler, func(t *testing.T) {
