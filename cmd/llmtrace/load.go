@@ -70,26 +70,13 @@ func load(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wri
 		if _, _, err := net.SplitHostPort(*endpoint); err != nil {
 			return usageErr("-endpoint %q: want host:port", *endpoint)
 		}
-		// The OTLP exporter reads its endpoint from the environment; an
-		// http:// endpoint is an insecure connection.
-		os.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://"+*endpoint)
-		os.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
-		if strings.EqualFold(os.Getenv("OTEL_TRACES_EXPORTER"), "none") {
-			os.Setenv("OTEL_TRACES_EXPORTER", "otlp")
-		}
-	}
-	getenv := func(k string) string {
-		if k == "OTEL_METRICS_EXPORTER" && !*metrics {
-			return "none"
-		}
-		return os.Getenv(k)
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "llmtrace load: "+format+"\n", a...)
 		return 1
 	}
 
-	prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-load", Getenv: getenv})
+	prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-load", TracesEndpoint: *endpoint, NoMetricsExport: !*metrics})
 	if err != nil {
 		return fail("telemetry setup: %v", err)
 	}
@@ -112,7 +99,7 @@ func load(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wri
 		}
 		bsp = append(bsp, v+"="+val)
 	}
-	fmt.Fprintf(stderr, "llmtrace load: %s; %s\n", exportTarget(), strings.Join(bsp, " "))
+	fmt.Fprintf(stderr, "llmtrace load: exporting spans to %s; %s\n", prov.Status().Traces.Target, strings.Join(bsp, " "))
 
 	stopProgress := make(chan struct{})
 	progressDone := make(chan struct{})
@@ -183,20 +170,4 @@ func load(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wri
 	p, e, d := prov.Batch.Counts()
 	fmt.Fprintf(stdout, "llmtrace-load total produced=%d exported=%d dropped=%d\n", p, e, d)
 	return status
-}
-
-// exportTarget describes where spans go, from the environment.
-func exportTarget() string {
-	ep := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	if ep == "" {
-		ep = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	}
-	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if proto == "" {
-		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	if proto == "" {
-		proto = "grpc"
-	}
-	return "exporting spans to " + ep + " (" + proto + ")"
 }
