@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	builtOnce sync.Once
+	builtPath string
+	builtErr  error
+)
+
+// loadBinary builds cmd/llmtrace once per test run: the shipped binary,
+// signals and all.
+func loadBinary(t *testing.T) string {
+	t.Helper()
+	builtOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "llmtrace-bin")
+		if err != nil {
+			builtErr = err
+			return
+		}
+		builtPath = filepath.Join(dir, "llmtrace")
+		out, err := exec.Command("go", "build", "-o", builtPath, ".").CombinedOutput()
+		if err != nil {
+			builtErr = errors.New(string(out))
+		}
+	})
+	if builtErr != nil {
+		t.Fatalf("building llmtrace: %v", builtErr)
+	}
+	return builtPath
+}
+
+// lineWatcher copies a process's output into a buffer and lets a test wait
+// for a line.
+type lineWatcher struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan string
+	done  chan struct{}
+}
+
+func watch(r io.Reader) *lineWatcher {
+	w := &lineWatcher{lines: make(chan string, 1024), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			w.mu.Lock()
+			w.buf.WriteString(sc.Text() + "\n")
+			w.mu.Unlock()
+			select {
+			case w.lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	return w
+}
+
+// waitLine waits for a line that contains s.
+func (w *lineWatcher) waitLine(t *testing.T, s string) {
+	t.Helper()
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case l := <-w.lines:
+			if strings.Contains(l, s) {
+				return
+			}
+		case <-w.done:
+			t.Fatalf("output ended without a line containing %q:\n%s", s, w.String())
+		case <-timeout:
+			t.Fatalf("no line containing %q:\n%s", s, w.String())
+		}
+	}
+}
+
+func (w *lineWatcher) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestLoadInterrupt runs the built binary against a backend that accepts
+// connections and never answers, with export timeouts longer than the
+// 60 s flush (issue 12.8). An interrupt during the flush ends the flush
+// and the run: the totals still hold produced = exported + dropped, and
+// the status says where the spans did not go. A second interrupt while the
+// first is being handled exits at once with status 130.
+func TestLoadInterrupt(t *testing.T) {
+	bin := loadBinary(t)
+	for _, tc := range []struct {
+		name  string
+		twice bool
+	}{
+		{name: "one interrupt"},
+		{name: "two interrupts", twice: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			silent := startSilent(t)
+			cmd := exec.Command(bin, "load", "-endpoint", silent.Addr().String(), "-rate", "200", "-duration", "300ms",
+				"-in-flight", "16", "-progress", "50ms")
+			cmd.Env = append(cleanEnv(), "OTEL_BSP_EXPORT_TIMEOUT=600000", "OTEL_EXPORTER_OTLP_TIMEOUT=600000")
+			stdout, _ := cmd.StdoutPipe()
+			stderr, _ := cmd.StderrPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			out, errw := watch(stdout), watch(stderr)
+			// After the window, progress lines offer nothing: the loop
+			// has drained and is flushing into the silent backend.
+			errw.waitLine(t, "offered 0/s")
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			if tc.twice {
+				errw.waitLine(t, "finishing")
+				if err := cmd.Process.Signal(os.Interrupt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waited := make(chan error, 1)
+			go func() { <-out.done; <-errw.done; waited <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-waited:
+			case <-time.After(60 * time.Second):
+				_ = cmd.Process.Kill()
+				t.Fatalf("load did not exit after the interrupt\nstdout:\n%s\nstderr:\n%s", out, errw)
+			}
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					t.Fatalf("killed by %v", ws.Signal())
+				}
+			}
+			t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errw)
+			if tc.twice {
+				if code != 130 || !strings.Contains(errw.String(), "exiting now") {
+					t.Errorf("exit %d after two interrupts, want 130 and \"exiting now\"", code)
+				}
+				return
+			}
+			if code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+			lines := summaryLines(t, out.String())
+			if len(lines) != 2 {
+				t.Fatalf("%d summary lines, want the level and the total", len(lines))
+			}
+			if lines[0]["interrupted"] != "true" || num(t, lines[0], "pending") == 0 {
+				t.Errorf("level %v: want interrupted with spans pending", lines[0])
+			}
+			total := lines[1]
+			p, e, d := num(t, total, "produced"), num(t, total, "exported"), num(t, total, "dropped")
+			if p == 0 || p != e+d || e != 0 {
+				t.Errorf("total produced %d exported %d dropped %d; want all dropped, produced = exported + dropped", p, e, d)
+			}
+			if !strings.Contains(errw.String(), "traces: 0 of ") {
+				t.Errorf("stderr lacks the export status")
+			}
+		})
+	}
+}
+
+// cleanEnv is the test process's environment without OTEL_* and
+// LLMTRACE_* (TestMain sets some), for a child command.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "LLMTRACE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
