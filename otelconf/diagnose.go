@@ -78,6 +78,7 @@ type ExportError struct {
 	Err error
 
 	envSuffix string // TRACES or METRICS, for the variable names in the hint
+	protocol  string // grpc or http/protobuf for OTLP
 }
 
 func (e *ExportError) Error() string {
@@ -114,8 +115,12 @@ func (e *ExportError) Hint() string {
 		return "the endpoint answered in HTTP/2 frames: it is likely an OTLP/gRPC endpoint (port 4317 by convention); " +
 			"set OTEL_EXPORTER_OTLP_PROTOCOL=grpc (llmtrace's default), or point at the OTLP/HTTP endpoint (port 4318)"
 	case CauseRefused:
-		return "the backend does not accept " + e.Signal + " (Jaeger takes traces only), or a per-signal OTEL_EXPORTER_OTLP_" + s +
-			"_ENDPOINT lacks its /v1/" + e.Signal + " path; set OTEL_" + s + "_EXPORTER=none to stop sending them"
+		path := ""
+		if e.protocol == "http/protobuf" {
+			path = ", or a per-signal OTEL_EXPORTER_OTLP_" + s + "_ENDPOINT lacks its /v1/" + e.Signal + " path"
+		}
+		return "the backend does not accept " + e.Signal + " (Jaeger takes traces only)" + path +
+			"; set OTEL_" + s + "_EXPORTER=none to stop sending them"
 	case CauseUnreachable:
 		return "nothing accepts connections there: is the collector running, and is OTEL_EXPORTER_OTLP_ENDPOINT right?"
 	case CauseTLSMismatch:

@@ -802,3 +802,60 @@ func aggregationIsExponential(a sdkmetric.Aggregation) bool {
 	_, ok := a.(sdkmetric.AggregationBase2ExponentialHistogram)
 	return ok
 }
+
+// TestTracesEndpoint: Config.TracesEndpoint (a command's -endpoint) sends
+// traces there over the configured protocol whatever OTEL_TRACES_EXPORTER
+// says; NoMetricsExport keeps metrics home.
+func TestTracesEndpoint(t *testing.T) {
+	for _, proto := range []string{"", "http/protobuf"} {
+		t.Run("protocol="+proto, func(t *testing.T) {
+			rec := startReceiver(t, receiverOpts{http: proto != "", traces: true, metrics: true})
+			cleanEnv(t, "OTEL_TRACES_EXPORTER", "none", "OTEL_METRICS_EXPORTER", "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL", proto)
+			ep := strings.TrimPrefix(rec.Endpoint, "http://") // host:port
+			p := setup(t, Config{TracesEndpoint: ep, NoMetricsExport: true})
+			if !p.TracesExported || p.MetricsExported {
+				t.Fatalf("traces %v metrics %v exported", p.TracesExported, p.MetricsExported)
+			}
+			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			request(t, tr)
+			_ = tr.Shutdown(context.Background())
+			if err := p.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if n := rec.spanCount(); n != 9 {
+				t.Errorf("%d spans at the endpoint, want 9", n)
+			}
+			if rec.metric("gen_ai.server.time_to_first_token") != nil {
+				t.Error("metrics were exported with NoMetricsExport")
+			}
+		})
+	}
+}
+
+// TestBatchConfig: OTEL_BSP_* reach the batch processor in their units; a
+// value that is not a positive integer is reported and the default kept.
+func TestBatchConfig(t *testing.T) {
+	for _, tc := range []struct {
+		env    []string
+		want   string
+		warned bool
+	}{
+		{nil, "OTEL_BSP_MAX_QUEUE_SIZE=16384 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=1024 OTEL_BSP_SCHEDULE_DELAY=1000 OTEL_BSP_EXPORT_TIMEOUT=10000", false},
+		{[]string{"OTEL_BSP_MAX_QUEUE_SIZE", "64", "OTEL_BSP_SCHEDULE_DELAY", "50", "OTEL_BSP_EXPORT_TIMEOUT", "2500"},
+			"OTEL_BSP_MAX_QUEUE_SIZE=64 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=64 OTEL_BSP_SCHEDULE_DELAY=50 OTEL_BSP_EXPORT_TIMEOUT=2500", false},
+		{[]string{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-3", "OTEL_BSP_SCHEDULE_DELAY", "1s"},
+			"OTEL_BSP_MAX_QUEUE_SIZE=16384 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=1024 OTEL_BSP_SCHEDULE_DELAY=1000 OTEL_BSP_EXPORT_TIMEOUT=10000", true},
+	} {
+		cleanEnv(t, tc.env...)
+		errs := captureErrors(t)
+		if got := batchConfig().String(); got != tc.want {
+			t.Errorf("%v:\n got %s\nwant %s", tc.env, got, tc.want)
+		}
+		if warned := len(errs.all()) > 0; warned != tc.warned {
+			t.Errorf("%v: warned %v: %v", tc.env, warned, errs.all())
+		}
+	}
+}

@@ -114,7 +114,7 @@ type exportState struct {
 // report: a backend that is down must not flood the error handler).
 func (s *exportState) done(err error) (xe *ExportError, first bool) {
 	if err != nil {
-		xe = &ExportError{Signal: s.sel.signal, Target: s.sel.target(), Cause: classify(err), Err: err, envSuffix: s.sel.suffix}
+		xe = &ExportError{Signal: s.sel.signal, Target: s.sel.target(), Cause: classify(err), Err: err, envSuffix: s.sel.suffix, protocol: s.sel.protocol}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

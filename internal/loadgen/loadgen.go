@@ -1,6 +1,6 @@
 // Package loadgen drives an otelstats.Tracker the way an inference engine
 // does, as fast as asked, to measure span export: `llmtrace load` and the
-// real-Jaeger tests in internal/e2e use it.
+// real-Jaeger tests in e2e/export use it.
 //
 // One engine loop (one goroutine, like an engine's scheduler loop) records
 // through the public API only. Each iteration is an engine step:
