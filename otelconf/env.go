@@ -43,7 +43,10 @@ type selection struct {
 	exporter string
 	protocol string // with otlp: "grpc" or "http/protobuf"
 	endpoint string // with otlp: where the exporter sends, for Status
-	override string // with otlp: Config.TracesEndpoint as a URL
+	// override, with otlp, is the URL given to the exporter over what it
+	// reads itself: Config.TracesEndpoint, or the specification's default
+	// endpoint when no endpoint variable is set.
+	override string
 }
 
 // target is how Status and ExportError name where the signal goes.
@@ -119,8 +122,22 @@ func selectSignal(signal, override string) (selection, error) {
 		s.endpoint = s.override
 		return s, nil
 	}
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_"+s.suffix+"_ENDPOINT") == "" {
+		// The specification's default is plaintext; the Go exporters'
+		// own is TLS.
+		s.override = specDefaultEndpoint(s.protocol, signal)
+	}
 	s.endpoint = otlpEndpoint(s.suffix, s.protocol, signal)
 	return s, nil
+}
+
+// specDefaultEndpoint is the OTLP endpoint the specification names for
+// protocol when no endpoint variable is set.
+func specDefaultEndpoint(protocol, signal string) string {
+	if protocol == "grpc" {
+		return "http://localhost:4317"
+	}
+	return "http://localhost:4318/v1/" + signal
 }
 
 // otlpProtocol is the per-signal protocol variable, else the general one,
@@ -150,14 +167,11 @@ func otlpEndpoint(suffix, protocol, signal string) string {
 		return v // used as is, path included, by both exporters
 	}
 	v := os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	if protocol == "grpc" {
-		if v == "" {
-			return "localhost:4317"
-		}
+	switch {
+	case v == "":
+		return specDefaultEndpoint(protocol, signal)
+	case protocol == "grpc":
 		return v
-	}
-	if v == "" {
-		v = "http://localhost:4318"
 	}
 	return strings.TrimSuffix(v, "/") + "/v1/" + signal
 }

@@ -88,9 +88,17 @@ func newMetricReader(ctx context.Context, sel selection, agg *otelstats.Aggregat
 		err error
 	)
 	if sel.protocol == "grpc" {
-		exp, err = otlpmetricgrpc.New(ctx)
+		var opts []otlpmetricgrpc.Option
+		if sel.override != "" {
+			opts = append(opts, otlpmetricgrpc.WithEndpointURL(sel.override))
+		}
+		exp, err = otlpmetricgrpc.New(ctx, opts...)
 	} else {
-		exp, err = otlpmetrichttp.New(ctx)
+		var opts []otlpmetrichttp.Option
+		if sel.override != "" {
+			opts = append(opts, otlpmetrichttp.WithEndpointURL(sel.override))
+		}
+		exp, err = otlpmetrichttp.New(ctx, opts...)
 	}
 	if err != nil {
 		return metricReader{}, fmt.Errorf("otelconf: metrics exporter: %w", err)

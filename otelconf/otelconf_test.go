@@ -129,7 +129,7 @@ func TestSelect(t *testing.T) {
 		{name: "per-signal endpoint used as is", env: []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://h:4318/custom", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"},
 			signal: "traces", exporter: "otlp", target: "http://h:4318/custom (otlp/http/protobuf)"},
 		{name: "per-signal protocol wins", env: []string{"OTEL_TRACES_EXPORTER", "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"},
-			signal: "traces", exporter: "otlp", target: "localhost:4317 (otlp/grpc)"},
+			signal: "traces", exporter: "otlp", target: "http://localhost:4317 (otlp/grpc)"},
 		{name: "otlp named without endpoint: the default one", env: []string{"OTEL_METRICS_EXPORTER", "OTLP", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"},
 			signal: "metrics", exporter: "otlp", target: "http://localhost:4318/v1/metrics (otlp/http/protobuf)"},
 		{name: "none wins over an endpoint", env: []string{"OTEL_TRACES_EXPORTER", "none", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:4317"}, signal: "traces"},
