@@ -189,3 +189,62 @@ func cleanEnv() []string {
 	}
 	return env
 }
+
+// TestLoadBinaryFlags runs the built binary with every flag load has,
+// against an OTLP/HTTP receiver configured through the environment.
+func TestLoadBinaryFlags(t *testing.T) {
+	bin := loadBinary(t)
+	srv, exports := otlpHTTPReceiver(t, 200)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		lines int // summary lines: levels, max, total
+		code  int
+	}{
+		{"flat out", []string{"-rate", "0", "-duration", "200ms", "-in-flight", "8", "-prompt-tokens", "4", "-output-tokens", "3",
+			"-max-waiting", "64", "-progress", "100ms"}, 2, 0},
+		{"find-max", []string{"-find-max", "-levels", "2", "-rate", "300", "-duration", "200ms", "-step-time", "2ms", "-progress", "0"}, 4, 0},
+		{"help", []string{"-h"}, 0, 0},
+		{"bad flag value", []string{"-in-flight", "0"}, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(bin, append([]string{"load"}, tc.args...)...)
+			cmd.Env = append(cleanEnv(), "OTEL_EXPORTER_OTLP_ENDPOINT="+srv.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_BSP_SCHEDULE_DELAY=20")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\nstderr:\n%s", code, tc.code, stderr.String())
+			}
+			if tc.code != 0 || tc.lines == 0 {
+				if !strings.Contains(stderr.String(), "usage: llmtrace load") && !strings.Contains(stderr.String(), "-in-flight") {
+					t.Errorf("stderr does not say what is wrong:\n%s", stderr.String())
+				}
+				return
+			}
+			lines := summaryLines(t, stdout.String())
+			if len(lines) != tc.lines {
+				t.Fatalf("%d summary lines, want %d:\n%s", len(lines), tc.lines, stdout.String())
+			}
+			total := lines[len(lines)-1]
+			// Flat out overflows the queue on purpose: what counts is that
+			// every span is accounted for.
+			if p, e, d := num(t, total, "produced"), num(t, total, "exported"), num(t, total, "dropped"); p == 0 || e == 0 || p != e+d {
+				t.Errorf("total %v: want produced = exported + dropped, some exported", total)
+			}
+			if tc.name == "flat out" && (lines[0]["in_flight"] != "8" || lines[0]["rate"] != "0.0") {
+				t.Errorf("level %v", lines[0])
+			}
+		})
+	}
+	if exports.Load() == 0 {
+		t.Error("the receiver saw no export")
+	}
+}

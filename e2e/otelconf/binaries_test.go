@@ -142,14 +142,17 @@ func TestLoadAgainstJaeger(t *testing.T) {
 	bin := binary(t, "llmtrace")
 	j := testbackend.StartJaeger(t)
 	for _, tc := range []struct {
-		name  string
-		env   []string
-		args  []string
-		wrong bool
+		name    string
+		env     []string
+		args    []string
+		wrong   bool
+		metrics bool // -metrics: Jaeger refuses them
 	}{
 		{name: "grpc through -endpoint", args: []string{"-endpoint", j.OTLPGRPCEndpoint()}},
 		{name: "http/protobuf through the environment", env: []string{
 			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + j.OTLPHTTPEndpoint(), "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"}},
+		{name: "grpc through an -endpoint URL, with -metrics", metrics: true, args: []string{"-endpoint", "http://" + j.OTLPGRPCEndpoint(), "-metrics"},
+			env: []string{"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=http://" + j.OTLPGRPCEndpoint()}},
 		{name: "grpc at the OTLP/HTTP port", wrong: true, env: []string{
 			"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + j.OTLPHTTPEndpoint(), "OTEL_EXPORTER_OTLP_TIMEOUT=1000", "OTEL_BSP_EXPORT_TIMEOUT=1000"}},
 	} {
@@ -174,6 +177,9 @@ func TestLoadAgainstJaeger(t *testing.T) {
 			}
 			if d != 0 || !strings.Contains(stderr, "traces: "+strconv.FormatInt(e, 10)+" of "+strconv.FormatInt(p, 10)+" spans exported") {
 				t.Errorf("dropped %d; stderr lacks the summary", d)
+			}
+			if warned := countLines(stderr, "metrics export to "); tc.metrics != (warned == 1 && strings.Contains(stderr, "refused by the backend")) {
+				t.Errorf("-metrics %v: %d metrics warnings", tc.metrics, warned)
 			}
 			if got := accepted(t, j) - before; got != e {
 				t.Errorf("Jaeger accepted %d spans, load says %d exported", got, e)
