@@ -19,6 +19,15 @@ type Arrival struct {
 	// decide sampling, as WithTrustParentSampling does for all requests:
 	// for integrations that know per request whether the caller is trusted.
 	TrustParent bool
+	// Link, when valid, is a span the root span links to without joining
+	// its trace: an untrusted caller's, whose trace id the request must
+	// not adopt, stays reachable from the request's own new trace.
+	Link trace.SpanContext
+	// PDRole is this instance's part in disaggregated serving (PDRolePrefill,
+	// PDRoleDecode; empty on a unified instance, SPEC §7).
+	PDRole string
+	// LoRAAdapter is the adapter serving the request (SPEC §9).
+	LoRAAdapter string
 }
 
 // Request is a frontend's handle on one in-flight request. Its methods
@@ -40,14 +49,20 @@ type Request struct {
 // that return the same rejection, so callers need no nil checks on the hot
 // path.
 func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, error) {
-	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail, trustParent: a.TrustParent}
+	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail, trustParent: a.TrustParent, link: a.Link,
+		PDRole: a.PDRole, LoRAAdapter: a.LoRAAdapter}
 	if t.closed.Load() {
 		return &Request{t: t}, t.rejected(reject(&u, SideFrontend, ReasonClosed, "the tracker is shut down"))
 	}
-	if _, rerr := check(&u); rerr != nil {
+	ns := t.ns(a.Time)
+	t.capNames(&u)
+	_, rerr := check(&u)
+	if rerr == nil {
+		rerr = t.aheadReject(&u, SideFrontend, ns)
+	}
+	if rerr != nil {
 		return &Request{t: t}, t.rejected(rerr)
 	}
-	ns := t.ns(a.Time)
 	r, err := t.arrive(&u, ns, trace.SpanContextFromContext(ctx))
 	if err != nil {
 		return &Request{t: t}, err
@@ -96,11 +111,14 @@ func (q *Request) Detokenized(at time.Time, newTokens int, busy time.Duration) e
 	// delivery, without building an Update. Anything unusual takes the
 	// general path, which rejects it with the precise reason.
 	if t, r := q.t, q.r; r != nil && uint(newTokens) <= maxNewTokensStep && busy >= 0 && !t.closed.Load() {
-		if ns := t.ns(at); validNs(ns) {
+		if ns := t.ns(at); t.inBound(ns) {
+			now := t.now(ns)
 			r.mu.Lock()
 			if !r.done.Load() && allowed[SideFrontend][KindDetokenized]&(1<<r.fe.last) != 0 && ns >= r.fe.time {
 				r.fe.last, r.fe.time = KindDetokenized, ns
 				r.lastSeen = max(r.lastSeen, ns)
+				r.touched = max(r.touched, now)
+				t.saw(SideFrontend, now)
 				r.feReported = true
 				t.delivered(r, newTokens, busy, ns)
 				r.mu.Unlock()
@@ -154,11 +172,16 @@ func (t *Tracker) recordReq(r *reqState, u *Update) error {
 	if t.closed.Load() {
 		return t.rejected(reject(u, u.Side, ReasonClosed, "the tracker is shut down"))
 	}
+	ns := t.ns(u.Time)
+	t.capNames(u)
 	side, rerr := check(u)
+	if rerr == nil {
+		rerr = t.aheadReject(u, side, ns)
+	}
 	if rerr != nil {
 		return t.rejected(rerr)
 	}
-	complete, ended, rerr := t.applyTo(r, u, side, t.ns(u.Time))
+	complete, ended, rerr := t.applyTo(r, u, side, ns)
 	if ended {
 		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 	}
@@ -177,4 +200,40 @@ func (t *Tracker) retire(r *reqState) {
 	r.sh.unlink(r)
 	r.sh.mu.Unlock()
 	t.finalize(r, "")
+}
+
+// RoutedPD records what a router or proxy that routes the request through
+// disaggregated serving itself (SPEC §7) sees: when it sent the request to
+// the prefill instance, when P's response came back, and when it sent the
+// request on to the decode instance. The root then carries
+// llm.pd.prefill_duration_s (P's response − send to P) and
+// llm.pd.decode_ttft_s (the first content token − send to D), beside the
+// client's TTFT, so the "two TTFT numbers" of P/D are explained on one
+// span. Call it before the request finishes.
+func (q *Request) RoutedPD(prefillSent, prefillResponded, decodeSent time.Time) error {
+	t, r := q.t, q.r
+	u := Update{Kind: KindInputProcessed, Side: SideFrontend, Time: prefillSent}
+	if r == nil {
+		if t == nil {
+			return errNilRequest
+		}
+		return t.rejected(reject(&u, SideFrontend, ReasonUnknownRequest, "RoutedPD: the request's arrival was rejected"))
+	}
+	u.RequestID = r.id
+	ps, pr, ds := t.ns(prefillSent), t.ns(prefillResponded), t.ns(decodeSent)
+	if !validNs(ps) || !validNs(pr) || !validNs(ds) || pr < ps {
+		return t.rejected(reject(&u, SideFrontend, ReasonBadTimestamp, "RoutedPD: times out of range or the response before the send"))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done.Load() {
+		return t.rejected(reject(&u, SideFrontend, ReasonAfterFinished, "RoutedPD: the request has finished"))
+	}
+	r.ext().route = pdRoute{prefillSent: ps, prefillDone: pr, decodeSent: ds}
+	return nil
+}
+
+// pdRoute is what RoutedPD recorded.
+type pdRoute struct {
+	prefillSent, prefillDone, decodeSent int64
 }

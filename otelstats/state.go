@@ -92,7 +92,9 @@ type run struct {
 	chunks           int32
 	feTokens         int32
 	enTokens         int32
-	events           []chunkEvent
+	// Speculative decoding in this run's decode segment (SPEC §8).
+	draft, accepted, specSteps int32
+	events                     []chunkEvent
 }
 
 type chunkEvent struct {
@@ -102,12 +104,19 @@ type chunkEvent struct {
 
 // reqExtra holds what most requests do not need, so reqState stays small.
 type reqExtra struct {
-	sampling   *SamplingParams
-	parent     trace.SpanContext
-	feITLs     []time.Duration
-	enITLs     []time.Duration
-	steps      []stepRec // DetailSteps and up: engine decode steps
-	deliveries []int64   // DetailTokens: frontend token deliveries
+	sampling *SamplingParams
+	parent   trace.SpanContext
+	link     trace.SpanContext // Arrival.Link
+	feITLs   []time.Duration
+	enITLs   []time.Duration
+	steps    []stepRec  // DetailSteps and up: engine decode steps
+	pending  []delivery // frontend deliveries whose run may not be known yet
+	kv       *kvState   // a decode instance's KV transfer (SPEC §7)
+	route    pdRoute    // a router's P/D timings (Request.RoutedPD)
+	enc      *encState  // multimodal encoder runs (SPEC §9)
+	// positions counts accepted draft tokens by position (SPEC §8).
+	positions  *[attributes.SpecPositions]int32
+	deliveries []int64 // DetailTokens: frontend token deliveries
 	// Captured content (ContentCapture only): already redacted and capped.
 	input, output string
 }
@@ -131,7 +140,8 @@ type reqState struct {
 	detail Detail
 
 	fe, en             sideState
-	lastSeen           int64
+	lastSeen           int64 // the latest update's own time
+	touched            int64 // when the latest update came, in now()'s terms: the TTL counts from it
 	feTokens, enTokens int64
 	feDeliv, enDeliv   int32
 	feFirst, feLast    int64
@@ -159,6 +169,7 @@ type reqState struct {
 	next *reqState // requests sharing the id; guarded by sh.mu
 
 	id, scope, model, operation string
+	pdRole, adapter             string // SPEC §7 and §9, from ARRIVED
 	traceID                     [16]byte
 	spanID                      [8]byte
 	extra                       *reqExtra
@@ -169,6 +180,7 @@ type reqState struct {
 	waitUntil                                          int64
 
 	feReason, enReason, errorType string
+	feOneShot                     int32 // output tokens of a response in one piece (FINISHED's NumOutputTokens)
 
 	prompt          int32 // -1 unknown
 	cached          int32 // -1 never scheduled

@@ -74,6 +74,9 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 		rootID = NewSpanID()
 	}
 	h.traceID, h.parent = traceID, t.Parent
+	if t.Link.IsValid() {
+		h.links = []sdktrace.Link{{SpanContext: t.Link}}
+	}
 	if t.Parent.IsValid() {
 		h.state = t.Parent.TraceState()
 	}
@@ -81,7 +84,7 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 		s, f := &t.Spans[i], &out[i]
 		f.h = h
 		f.name, f.kind = s.Name, s.Kind
-		f.start, f.end = s.Start.UnixNano(), s.End.UnixNano()
+		f.start, f.end = s.Start, s.End
 		f.attrs = take(s.Attrs)
 		if s.Status == codes.Error { // as the SDK: only an error keeps its description
 			f.status = sdktrace.Status{Code: s.Status, Description: s.StatusDesc}
@@ -92,7 +95,7 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 			j := len(evs)
 			for k := range s.Events {
 				e := &s.Events[k]
-				evs = append(evs, sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: take(e.Attrs)})
+				evs = append(evs, sdktrace.Event{Name: e.Name, Time: time.Unix(0, e.Time), Attributes: take(e.Attrs)})
 			}
 			f.events = evs[j:len(evs):len(evs)]
 		}
@@ -116,6 +119,7 @@ type exportTree struct {
 	traceID trace.TraceID
 	state   trace.TraceState
 	parent  trace.SpanContext // the root's (remote) parent, if any
+	links   []sdktrace.Link   // the root's
 	root    *finished
 }
 
@@ -159,11 +163,16 @@ func (f *finished) Parent() trace.SpanContext {
 	return f.h.root.SpanContext()
 }
 
-func (f *finished) SpanKind() trace.SpanKind                    { return f.kind }
-func (f *finished) StartTime() time.Time                        { return time.Unix(0, f.start) }
-func (f *finished) EndTime() time.Time                          { return time.Unix(0, f.end) }
-func (f *finished) Attributes() []attribute.KeyValue            { return f.attrs }
-func (f *finished) Links() []sdktrace.Link                      { return nil }
+func (f *finished) SpanKind() trace.SpanKind         { return f.kind }
+func (f *finished) StartTime() time.Time             { return time.Unix(0, f.start) }
+func (f *finished) EndTime() time.Time               { return time.Unix(0, f.end) }
+func (f *finished) Attributes() []attribute.KeyValue { return f.attrs }
+func (f *finished) Links() []sdktrace.Link {
+	if f == f.h.root {
+		return f.h.links
+	}
+	return nil
+}
 func (f *finished) Events() []sdktrace.Event                    { return f.events }
 func (f *finished) Status() sdktrace.Status                     { return f.status }
 func (f *finished) InstrumentationScope() instrumentation.Scope { return f.h.src.Scope }
