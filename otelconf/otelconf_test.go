@@ -202,8 +202,8 @@ func TestExportOverBothProtocols(t *testing.T) {
 			if err := p.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if n := rec.spanCount(); n != 9 {
-				t.Errorf("receiver got %d spans, want 9", n)
+			if n := rec.spanCount(); n != treeSpans {
+				t.Errorf("receiver got %d spans, want %d", n, treeSpans)
 			}
 			for _, r := range rec.resources() {
 				if r["service.name"] != "from-env" || r["deployment.environment.name"] != "test" {
@@ -216,13 +216,13 @@ func TestExportOverBothProtocols(t *testing.T) {
 				}
 			}
 			st := p.Status()
-			if st.Traces.Produced != 9 || st.Traces.Exported != 9 || st.Traces.Dropped != 0 || st.Traces.Err != nil {
-				t.Errorf("traces status %+v, want 9 produced and exported", st.Traces)
+			if st.Traces.Produced != int64(treeSpans) || st.Traces.Exported != int64(treeSpans) || st.Traces.Dropped != 0 || st.Traces.Err != nil {
+				t.Errorf("traces status %+v, want %d produced and exported", st.Traces, treeSpans)
 			}
 			if st.Metrics.Exports == 0 || st.Metrics.Failures != 0 {
 				t.Errorf("metrics status %+v", st.Metrics)
 			}
-			want := "traces: 9 of 9 spans exported to " + rec.Endpoint
+			want := "traces: " + itoa(treeSpans) + " of " + itoa(treeSpans) + " spans exported to " + rec.Endpoint
 			if s := st.String(); !strings.HasPrefix(s, want) || !strings.Contains(s, "; metrics: ") {
 				t.Errorf("Status() = %q, want it to start %q", s, want)
 			}
@@ -282,8 +282,8 @@ func TestWrongProtocolNamesTheCause(t *testing.T) {
 				}
 			}
 			st := p.Status()
-			if st.Traces.Exported != 0 || st.Traces.Produced != 9 || st.Traces.Dropped != 9 {
-				t.Errorf("traces %+v: want 9 produced, 0 exported, 9 dropped", st.Traces)
+			if st.Traces.Exported != 0 || st.Traces.Produced != int64(treeSpans) || st.Traces.Dropped != int64(treeSpans) {
+				t.Errorf("traces %+v: want %d produced, 0 exported, all dropped", st.Traces, treeSpans)
 			}
 			if !strings.Contains(st.String(), "last failure: "+tc.wantCause.String()) {
 				t.Errorf("Status() = %q does not name the cause", st)
@@ -320,15 +320,15 @@ func TestRefusedSignal(t *testing.T) {
 			if err := p.Shutdown(context.Background()); err != nil {
 				t.Errorf("Shutdown: %v", err)
 			}
-			if rec.spanCount() != 9 {
-				t.Errorf("%d spans landed, want 9", rec.spanCount())
+			if rec.spanCount() != treeSpans {
+				t.Errorf("%d spans landed, want %d", rec.spanCount(), treeSpans)
 			}
 			xes := errs.exportErrors("metrics")
 			if len(xes) != 1 || xes[0].Cause != CauseRefused || !strings.Contains(xes[0].Error(), "OTEL_METRICS_EXPORTER=none") {
 				t.Fatalf("reports %v, want one refusal naming OTEL_METRICS_EXPORTER=none", xes)
 			}
 			st := p.Status()
-			if !st.Metrics.Refused() || st.Traces.Exported != 9 {
+			if !st.Metrics.Refused() || st.Traces.Exported != int64(treeSpans) {
 				t.Errorf("status %+v", st)
 			}
 			if s := st.String(); !strings.Contains(s, "refused by the backend") {
@@ -370,8 +370,8 @@ func TestSDKDisabled(t *testing.T) {
 			if err := p.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if len(mem.Ended()) != 9 {
-				t.Errorf("the program's processor got %d spans, want 9", len(mem.Ended()))
+			if len(mem.Ended()) != treeSpans {
+				t.Errorf("the program's processor got %d spans, want %d", len(mem.Ended()), treeSpans)
 			}
 			if got := rec.spanCount() > 0; got == tc.disabled {
 				t.Errorf("spans exported: %v with OTEL_SDK_DISABLED=%s", got, tc.value)
@@ -411,7 +411,7 @@ func TestConsoleExporters(t *testing.T) {
 		t.Fatalf("child: %v\nstdout:\n%.3000s\nstderr:\n%s", err, out, stderr.String())
 	}
 	for _, want := range []string{`"Name":"llm.decode"`, `"Name":"chat m"`, `"Name":"gen_ai.server.time_to_first_token"`,
-		"status: traces: 9 of 9 spans exported to stdout (console); metrics: to stdout (console)"} {
+		"status: traces: " + itoa(treeSpans) + " of " + itoa(treeSpans) + " spans exported to stdout (console); metrics: to stdout (console)"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("stdout lacks %s:\n%.3000s", want, out)
 		}
@@ -526,10 +526,10 @@ func TestSampler(t *testing.T) {
 		sampler, arg string
 		want         int
 	}{
-		{"", "", 9},
+		{"", "", treeSpans},
 		{"always_off", "", 0},
 		{"traceidratio", "0", 0},
-		{"traceidratio", "1", 9},
+		{"traceidratio", "1", treeSpans},
 	} {
 		t.Run(tc.sampler+"/"+tc.arg, func(t *testing.T) {
 			rec := startReceiver(t, receiverOpts{traces: true, metrics: true})
@@ -586,11 +586,12 @@ func TestCountsHoldOnEveryPath(t *testing.T) {
 			defer cancel()
 			_ = p.Shutdown(ctx)
 			st := p.Status().Traces
-			if st.Produced != 45 || st.Produced != st.Exported+st.Dropped {
-				t.Errorf("produced %d exported %d dropped %d; want 45 = exported + dropped", st.Produced, st.Exported, st.Dropped)
+			want := int64(5 * treeSpans)
+			if st.Produced != want || st.Produced != st.Exported+st.Dropped {
+				t.Errorf("produced %d exported %d dropped %d; want %d = exported + dropped", st.Produced, st.Exported, st.Dropped, want)
 			}
-			if tc.allOK != (st.Exported == 45) {
-				t.Errorf("exported %d of 45", st.Exported)
+			if tc.allOK != (st.Exported == want) {
+				t.Errorf("exported %d of %d", st.Exported, want)
 			}
 		})
 	}
@@ -640,8 +641,8 @@ func TestTrackerOptions(t *testing.T) {
 		wantSpans int
 		direct    bool
 	}{
-		{"", 9, true},
-		{"parentbased_always_on", 9, true},
+		{"", treeSpans, true},
+		{"parentbased_always_on", treeSpans, true},
 		{"always_off", 0, false},
 	} {
 		t.Run("sampler="+tc.sampler, func(t *testing.T) {
@@ -725,19 +726,38 @@ func TestTrackerEnvironment(t *testing.T) {
 	}
 }
 
-// request records one preempted, streamed request: nine spans.
+// treeSpans is how many spans request's tree has (counted, not assumed:
+// the tree is the span builder's to decide).
+var treeSpans = func() int {
+	rec := tracetest.NewSpanRecorder()
+	tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))))
+	if err != nil {
+		panic(err)
+	}
+	request(nil, tr)
+	_ = tr.Shutdown(context.Background())
+	return len(rec.Ended())
+}()
+
+func itoa(n int) string { return fmt.Sprint(n) }
+
+// request records one preempted, streamed request; its tree has treeSpans
+// spans. t may be nil: errors then panic.
 func request(t *testing.T, tr *otelstats.Tracker) {
-	t.Helper()
+	fatal := func(err error) { panic(err) }
+	if t != nil {
+		t.Helper()
+		fatal = func(err error) { t.Helper(); t.Fatal(err) }
+	}
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	q, err := tr.Arrive(context.Background(), "r"+t0.Format("150405.000000000"), otelstats.Arrival{Time: at(0), Model: "m"})
 	if err != nil {
-		t.Fatal(err)
+		fatal(err)
 	}
 	must := func(err error) {
-		t.Helper()
 		if err != nil {
-			t.Fatal(err)
+			fatal(err)
 		}
 	}
 	must(q.InputProcessed(at(1), 8, nil))
@@ -825,8 +845,8 @@ func TestTracesEndpoint(t *testing.T) {
 			if err := p.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if n := rec.spanCount(); n != 9 {
-				t.Errorf("%d spans at the endpoint, want 9", n)
+			if n := rec.spanCount(); n != treeSpans {
+				t.Errorf("%d spans at the endpoint, want %d", n, treeSpans)
 			}
 			if rec.metric("gen_ai.server.time_to_first_token") != nil {
 				t.Error("metrics were exported with NoMetricsExport")

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/llmtrace/llmtrace/e2e/testbackend"
 	"github.com/llmtrace/llmtrace/otelconf"
@@ -74,12 +76,16 @@ func cleanEnv(t *testing.T, kv ...string) {
 
 // record finishes n streamed requests on tr.
 func record(t *testing.T, tr *otelstats.Tracker, n int) {
-	t.Helper()
+	fatal := func(err error) { panic(err) }
+	if t != nil {
+		t.Helper()
+		fatal = func(err error) { t.Helper(); t.Fatal(err) }
+	}
 	t0 := time.Now()
 	for i := range n {
 		q, err := tr.Arrive(context.Background(), "req-"+strconv.Itoa(i), otelstats.Arrival{Time: t0, Model: "m"})
 		if err != nil {
-			t.Fatal(err)
+			fatal(err)
 		}
 		_ = q.InputProcessed(t0.Add(time.Millisecond), 16, nil)
 		_ = tr.Step(&otelstats.Step{Time: t0.Add(2 * time.Millisecond), QueuedReqs: []*otelstats.Request{q}})
@@ -91,14 +97,24 @@ func record(t *testing.T, tr *otelstats.Tracker, n int) {
 		}
 		_ = tr.Step(&otelstats.Step{Time: t0.Add(31 * time.Millisecond), Finished: []otelstats.Finished{{Req: q, Reason: otelstats.FinishStop}}})
 		if err := q.Finish(t0.Add(32*time.Millisecond), otelstats.FinishStop); err != nil {
-			t.Fatal(err)
+			fatal(err)
 		}
 	}
 }
 
-// spansPerRequest is what record's requests produce: root, input
-// processing, queue, prefill, decode, detokenize.
-const spansPerRequest = 6
+// spansPerRequest is how many spans one of record's requests has, counted
+// through an in-memory processor (the tree is the span builder's to
+// decide).
+var spansPerRequest = func() int64 {
+	mem := tracetest.NewSpanRecorder()
+	tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(mem))))
+	if err != nil {
+		panic(err)
+	}
+	record(nil, tr, 1)
+	_ = tr.Shutdown(context.Background())
+	return int64(len(mem.Ended()))
+}()
 
 // TestJaegerOverBothProtocols exports a tracker's traces and metrics to a
 // real Jaeger over gRPC (llmtrace's default, port "4317") and over
@@ -138,7 +154,7 @@ func TestJaegerOverBothProtocols(t *testing.T) {
 				t.Fatalf("Shutdown: %v", err)
 			}
 			for _, id := range ids {
-				trace, err := j.WaitTrace(context.Background(), id, spansPerRequest)
+				trace, err := j.WaitTrace(context.Background(), id, int(spansPerRequest))
 				if err != nil {
 					t.Fatal(err)
 				}
