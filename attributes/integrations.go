@@ -43,3 +43,12 @@ const (
 	// oversized, garbage or no_anchor.
 	CollectorError attribute.Key = "llm.collector.error"
 )
+
+// The reconstruction's counter (package reconstruct, the Collector
+// connector): values of engines' request spans that contradicted each
+// other and were clamped or dropped (SPEC §10).
+const (
+	MetricReconstructClamped = "llm.reconstruct.clamped"
+	// UnitValue counts values (the clamped latencies of a span).
+	UnitValue = "{value}"
+)

@@ -69,6 +69,7 @@ func instruments() []instrument {
 	}
 	req := [][]attribute.KeyValue{base}
 	none := [][]attribute.KeyValue{nil}
+	decode := [][]attribute.KeyValue{with(attributes.PDRole.String("decode"))}
 	s, tok := attributes.UnitSeconds, attributes.UnitToken
 	return []instrument{
 		{attributes.MetricTimeToFirstToken, histogram, s, attributes.TimeToFirstTokenBuckets(), req},
@@ -102,6 +103,19 @@ func instruments() []instrument {
 		{attributes.MetricRequestsEvicted, counter, attributes.UnitRequest, nil, none},
 		{attributes.MetricAttributesTruncated, counter, "{attribute}", nil,
 			[][]attribute.KeyValue{{attributes.TruncatedKey.String(string(attributes.RequestModel))}}},
+
+		// SPEC §7–9, with the decode instance's role.
+		{attributes.MetricKVTransferDuration, histogram, s, attributes.PhaseDurationBuckets(), decode},
+		{attributes.MetricKVTransferTokens, counter, tok, nil, decode},
+		{attributes.MetricKVTransferBytes, counter, attributes.UnitByte, nil, decode},
+		{attributes.MetricKVTransferFailures, counter, attributes.UnitTransfer, nil, decode},
+		{attributes.MetricSpecDraftTokens, counter, tok, nil, req},
+		{attributes.MetricSpecAcceptedTokens, counter, tok, nil, req},
+		{attributes.MetricSpecSteps, counter, attributes.UnitStep, nil, req},
+		{attributes.MetricSpecAcceptedPerPosition, counter, tok, nil,
+			[][]attribute.KeyValue{with(attributes.SpecPosition.Int(0)), with(attributes.SpecPosition.Int(1))}},
+		{attributes.MetricSpecAcceptanceRate, histogram, attributes.UnitRatio, attributes.AcceptanceRateBuckets(), req},
+		{attributes.MetricEncodeDuration, histogram, s, attributes.PhaseDurationBuckets(), req},
 	}
 }
 
@@ -192,29 +206,39 @@ func exposition(t *testing.T) map[string]family {
 // (and the report in deploy/README.md) can see them. The test fails when the
 // exporter or package attributes disagree with this list.
 var wantSeries = map[string]string{
-	"gen_ai_server_time_to_first_token_seconds":   "HISTOGRAM",
-	"gen_ai_server_time_per_output_token_seconds": "HISTOGRAM",
-	"gen_ai_server_request_duration_seconds":      "HISTOGRAM",
-	"llm_server_inter_token_latency_seconds":      "HISTOGRAM",
-	"llm_server_queue_duration_seconds":           "HISTOGRAM",
-	"llm_server_prefill_duration_seconds":         "HISTOGRAM",
-	"llm_server_decode_duration_seconds":          "HISTOGRAM",
-	"llm_server_inference_duration_seconds":       "HISTOGRAM",
-	"llm_server_requests_total":                   "COUNTER",
-	"llm_server_preemptions_total":                "COUNTER",
-	"llm_server_prompt_tokens_total":              "COUNTER",
-	"llm_server_generation_tokens_total":          "COUNTER",
-	"llm_server_prefix_cache_queries_total":       "COUNTER",
-	"llm_server_prefix_cache_hits_total":          "COUNTER",
-	"llm_server_requests_running":                 "GAUGE",
-	"llm_server_requests_waiting":                 "GAUGE",
-	"llm_server_kv_cache_usage_ratio":             "GAUGE",
-	"llm_rejected_updates_total":                  "COUNTER",
-	"llm_spans_dropped_total":                     "COUNTER",
-	"llm_spans_clamped_total":                     "COUNTER",
-	"llm_server_requests_evicted_total":           "COUNTER",
-	"llm_attributes_truncated_total":              "COUNTER",
-	"target_info":                                 "GAUGE",
+	"gen_ai_server_time_to_first_token_seconds":                 "HISTOGRAM",
+	"gen_ai_server_time_per_output_token_seconds":               "HISTOGRAM",
+	"gen_ai_server_request_duration_seconds":                    "HISTOGRAM",
+	"llm_server_inter_token_latency_seconds":                    "HISTOGRAM",
+	"llm_server_queue_duration_seconds":                         "HISTOGRAM",
+	"llm_server_prefill_duration_seconds":                       "HISTOGRAM",
+	"llm_server_decode_duration_seconds":                        "HISTOGRAM",
+	"llm_server_inference_duration_seconds":                     "HISTOGRAM",
+	"llm_server_requests_total":                                 "COUNTER",
+	"llm_server_preemptions_total":                              "COUNTER",
+	"llm_server_prompt_tokens_total":                            "COUNTER",
+	"llm_server_generation_tokens_total":                        "COUNTER",
+	"llm_server_prefix_cache_queries_total":                     "COUNTER",
+	"llm_server_prefix_cache_hits_total":                        "COUNTER",
+	"llm_server_requests_running":                               "GAUGE",
+	"llm_server_requests_waiting":                               "GAUGE",
+	"llm_server_kv_cache_usage_ratio":                           "GAUGE",
+	"llm_rejected_updates_total":                                "COUNTER",
+	"llm_spans_dropped_total":                                   "COUNTER",
+	"llm_spans_clamped_total":                                   "COUNTER",
+	"llm_server_requests_evicted_total":                         "COUNTER",
+	"llm_attributes_truncated_total":                            "COUNTER",
+	"llm_server_kv_transfer_duration_seconds":                   "HISTOGRAM",
+	"llm_server_kv_transfer_tokens_total":                       "COUNTER",
+	"llm_server_kv_transfer_bytes_total":                        "COUNTER",
+	"llm_server_kv_transfer_failures_total":                     "COUNTER",
+	"llm_server_spec_decode_draft_tokens_total":                 "COUNTER",
+	"llm_server_spec_decode_accepted_tokens_total":              "COUNTER",
+	"llm_server_spec_decode_steps_total":                        "COUNTER",
+	"llm_server_spec_decode_accepted_tokens_per_position_total": "COUNTER",
+	"llm_server_spec_decode_acceptance_rate":                    "HISTOGRAM",
+	"llm_server_encode_duration_seconds":                        "HISTOGRAM",
+	"target_info":                                               "GAUGE",
 }
 
 func TestExporterNames(t *testing.T) {
