@@ -55,6 +55,8 @@ type ConfigError struct {
 	Err error
 }
 
+var _ error = (*ConfigError)(nil)
+
 func (e *ConfigError) Error() string {
 	s := "otelconf: " + e.Name + "=" + strconv.Quote(e.Value) + ": " + e.Reason
 	if e.Err != nil {

@@ -81,6 +81,8 @@ type ExportError struct {
 	protocol  string // grpc or http/protobuf for OTLP
 }
 
+var _ error = (*ExportError)(nil)
+
 func (e *ExportError) Error() string {
 	var b strings.Builder
 	b.WriteString("otelconf: ")

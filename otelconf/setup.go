@@ -16,7 +16,8 @@ import (
 )
 
 // Providers are the configured providers. Shutdown flushes and stops them;
-// Status says what their exporters did. It is safe for concurrent use.
+// Status says what their exporters did. The zero Providers is not usable:
+// Setup makes them. They are safe for concurrent use.
 type Providers struct {
 	TracerProvider *sdktrace.TracerProvider
 	MeterProvider  *sdkmetric.MeterProvider

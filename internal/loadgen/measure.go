@@ -21,7 +21,8 @@ var ErrNoTraceExport = errors.New("loadgen: no traces endpoint: set OTEL_EXPORTE
 // sooner.
 const shutdownTimeout = 30 * time.Second
 
-// Options is one `llmtrace load` run.
+// Options is one `llmtrace load` run: the command's flags. Level needs a
+// positive Duration, and Stdout and Stderr must be set.
 type Options struct {
 	// Level is the load level; with FindMax, where the search starts.
 	Level Config
