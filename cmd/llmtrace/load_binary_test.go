@@ -15,32 +15,16 @@ import (
 	"time"
 )
 
-var (
-	builtOnce sync.Once
-	builtPath string
-	builtErr  error
-)
-
-// loadBinary builds cmd/llmtrace once per test run: the shipped binary,
-// signals and all.
+// loadBinary builds cmd/llmtrace into t's temporary directory: the
+// shipped binary, signals and all. (The build cache makes a second build
+// a link.)
 func loadBinary(t *testing.T) string {
 	t.Helper()
-	builtOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "llmtrace-bin")
-		if err != nil {
-			builtErr = err
-			return
-		}
-		builtPath = filepath.Join(dir, "llmtrace")
-		out, err := exec.Command("go", "build", "-o", builtPath, ".").CombinedOutput()
-		if err != nil {
-			builtErr = errors.New(string(out))
-		}
-	})
-	if builtErr != nil {
-		t.Fatalf("building llmtrace: %v", builtErr)
+	path := filepath.Join(t.TempDir(), "llmtrace")
+	if out, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building llmtrace: %v\n%s", err, out)
 	}
-	return builtPath
+	return path
 }
 
 // lineWatcher copies a process's output into a buffer and lets a test wait

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +26,11 @@ func TestMain(m *testing.M) {
 		defer sink.Unlock()
 		sink.errs = append(sink.errs, err)
 	}))
-	m.Run()
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // sink keeps what otel.Handle got; tests in this package do not run in
