@@ -209,6 +209,17 @@ func checkHistogramAggregation() {
 	}
 }
 
+// exponentialHistograms reports whether the OTLP metric exporter is asked
+// for base2 exponential histograms. The Aggregator keeps explicit buckets,
+// so Setup then leaves it out and the tracker's histograms go through the
+// SDK's instruments, which follow the reader's aggregation: what the user
+// asked for, at the instruments' cost (BENCHMARKS.md: the tracker's
+// WithAggregator fast path).
+func exponentialHistograms() bool {
+	v := os.Getenv("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION")
+	return strings.EqualFold(strings.TrimSpace(v), "base2_exponential_bucket_histogram")
+}
+
 // checkProducers refuses OTEL_METRICS_PRODUCERS: autoexport would put its
 // producers in the place of the Aggregator, whose latency histograms would
 // then be missing from every reader.

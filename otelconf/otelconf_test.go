@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
+	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -514,6 +515,48 @@ func TestHistogramAggregation(t *testing.T) {
 			}
 			if warned := len(errs.all()) > 0; warned != tc.warned {
 				t.Errorf("warned %v, want %v: %v", warned, tc.warned, errs.all())
+			}
+		})
+	}
+}
+
+// TestTrackerHistogramsExponential: with the exponential aggregation asked
+// for, the tracker's own latency histograms (not only the SDK's) reach the
+// receiver as exponential histograms: Setup leaves the Aggregator, which
+// keeps explicit buckets, out of the tracker's options.
+func TestTrackerHistogramsExponential(t *testing.T) {
+	for _, exponential := range []bool{false, true} {
+		t.Run(fmt.Sprint("exponential=", exponential), func(t *testing.T) {
+			rec := startReceiver(t, receiverOpts{http: true, metrics: true})
+			value := ""
+			if exponential {
+				value = "base2_exponential_bucket_histogram"
+			}
+			cleanEnv(t, "OTEL_METRICS_EXPORTER", "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT", rec.Endpoint,
+				"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf",
+				"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", value)
+			p := setup(t, Config{})
+			if (p.Aggregator == nil) != exponential {
+				t.Fatalf("Aggregator %v with exponential=%v", p.Aggregator, exponential)
+			}
+			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			q, _ := tr.Arrive(context.Background(), "r", otelstats.Arrival{Time: t0, Model: "m"})
+			_ = q.Detokenized(t0.Add(33*time.Second), 1, 0) // past the advice's 10 s top bucket
+			_ = q.Finish(t0.Add(34*time.Second), "stop")
+			_ = tr.Shutdown(context.Background())
+			if err := p.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			m := rec.metric(attributes.MetricTimeToFirstToken)
+			if m == nil {
+				t.Fatal("the TTFT histogram did not arrive")
+			}
+			if got := m.GetExponentialHistogram() != nil; got != exponential {
+				t.Errorf("exponential %v, want %v: %v", got, exponential, m)
 			}
 		})
 	}
