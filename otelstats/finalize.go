@@ -92,6 +92,9 @@ func (t *Tracker) finalize(r *reqState, override string) {
 	for _, f := range t.cfg.onFinish {
 		f(s)
 	}
+	if r.extra != nil && r.extra.onFinish != nil {
+		r.extra.onFinish(s)
+	}
 }
 
 // materialize computes RequestStats (SPEC §2) from r.
@@ -131,7 +134,7 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 		NumPreemptions:           int(r.preemptions),
 		NumRecomputeCachedTokens: int(r.recomputeCached),
 	}
-	if len(t.cfg.onFinish) > 0 {
+	if len(t.cfg.onFinish) > 0 || r.extra != nil && r.extra.onFinish != nil {
 		// Only hooks see RequestStats: format the ids for them alone.
 		s.TraceID, s.SpanID = hex.EncodeToString(r.traceID[:]), hex.EncodeToString(r.spanID[:])
 	}
@@ -427,6 +430,7 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 		if x.output != "" {
 			a = append(a, attributes.OutputMessages.String(x.output))
 		}
+		a = append(a, x.attrs...)
 	}
 	a = append(a, attributes.SamplingReason.String(s.SamplingReason))
 	if s.ErrorType != "" {

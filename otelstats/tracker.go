@@ -222,7 +222,7 @@ func (t *Tracker) record(u *Update, ns int64) error {
 		return t.rejected(rerr)
 	}
 	if u.Kind == KindArrived {
-		_, err := t.arrive(u, ns, trace.SpanContext{})
+		_, err := t.arrive(u, ns, trace.SpanContext{}, nil)
 		return err
 	}
 	sh := t.shardFor(u.RequestID)
@@ -311,7 +311,7 @@ func (t *Tracker) rejected(e *RejectError) error {
 }
 
 // arrive creates a request and applies any updates held for it.
-func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqState, error) {
+func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext, a *Arrival) (*reqState, error) {
 	sh := t.shardFor(u.RequestID)
 	sh.mu.Lock()
 	if t.closed.Load() {
@@ -377,11 +377,17 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 	if u.link.IsValid() {
 		r.ext().link = u.link
 	}
-	if parent.IsValid() {
+	switch {
+	case parent.IsValid():
 		r.ext().parent = parent
 		r.traceID = parent.TraceID()
-	} else {
+	case a != nil && a.TraceID.IsValid():
+		r.traceID = a.TraceID
+	default:
 		r.traceID = spans.NewTraceID()
+	}
+	if a != nil && a.OnFinish != nil {
+		r.ext().onFinish = a.OnFinish
 	}
 	r.spanID = spans.NewSpanID()
 	r.next = sh.reqs[u.RequestID]
