@@ -1,6 +1,9 @@
 package attributes
 
-import "go.opentelemetry.io/otel/attribute"
+import (
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+)
 
 // The tracing proxy's span, event, attribute and metric names (llmtrace
 // proxy; README "The tracing proxy").
@@ -40,4 +43,26 @@ const (
 	// CollectorError names a stream error: malformed, truncated,
 	// oversized, garbage or no_anchor.
 	CollectorError attribute.Key = "llm.collector.error"
+)
+
+// HTTP convention keys the HTTP layer (openaihttp) sets, from the
+// semantic-conventions version otelhttp v0.72.0 uses, so its spans and
+// metrics read like otelhttp's.
+const (
+	HTTPConventionVersion = "1.43.0"
+
+	HTTPRequestMethod      = semconv.HTTPRequestMethodKey
+	HTTPRoute              = semconv.HTTPRouteKey
+	URLScheme              = semconv.URLSchemeKey
+	URLFull                = semconv.URLFullKey
+	NetworkProtocolName    = semconv.NetworkProtocolNameKey
+	NetworkProtocolVersion = semconv.NetworkProtocolVersionKey
+	UserAgentOriginal      = semconv.UserAgentOriginalKey
+	ClientAddress          = semconv.ClientAddressKey
+	// HTTPRequestBody says why a traced request's body named no model:
+	// not_json, no_model, or unread (beyond what the layer reads).
+	HTTPRequestBody attribute.Key = "llm.http.request_body"
+	// MetricHTTPBodyBudgetRefused counts buffers of bodies the layer did not
+	// grow because its memory budget was spent.
+	MetricHTTPBodyBudgetRefused = "llm.http.body_budget.refused"
 )
