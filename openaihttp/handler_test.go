@@ -19,8 +19,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
-	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/openaihttp"
+	"github.com/llmtrace/llmtrace/otelstats"
 )
 
 const chatBody = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}],` +

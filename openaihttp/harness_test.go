@@ -22,8 +22,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmtrace/llmtrace/attributes"
-	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/openaihttp"
+	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/spans"
 )
 

@@ -12,8 +12,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/llmtrace/llmtrace/attributes"
-	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/openaihttp"
+	"github.com/llmtrace/llmtrace/otelstats"
 )
 
 const (

@@ -26,8 +26,8 @@ type fieldScanner struct {
 	st      scanState
 	depth   int      // nesting inside the value being read
 	kinds   []uint64 // per depth, whether it is an object (bit set) or an array
-	inStr   bool // inside a string of the value being read
-	esc     bool // after a backslash inside a string
+	inStr   bool     // inside a string of the value being read
+	esc     bool     // after a backslash inside a string
 	key     []byte
 	keyEsc  bool // the key has an escape: compare it unquoted
 	keyOver bool
