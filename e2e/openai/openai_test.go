@@ -21,8 +21,8 @@ import (
 
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/examples/httpserver/toyserver"
+	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelstats"
-	"github.com/llmtrace/llmtrace/otelstats/otelhttpmw"
 	"github.com/llmtrace/llmtrace/spans"
 )
 
@@ -110,7 +110,7 @@ func newServer(t *testing.T, traced bool) *server {
 			t.Fatal(err)
 		}
 		s.tr = tr
-		h = otelhttpmw.NewHandler(toyserver.New(toyConfig(tr)), tr)
+		h = openaihttp.NewHandler(toyserver.New(toyConfig(tr)), tr)
 	}
 	srv := httptest.NewServer(h)
 	hc := srv.Client()
