@@ -2,7 +2,7 @@ package attributes
 
 import (
 	"go.opentelemetry.io/otel/attribute"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 )
 
 // The tracing proxy's span, event, attribute and metric names (llmtrace
@@ -24,12 +24,11 @@ const (
 	ProxyStallMedian   attribute.Key = "llm.proxy.stall.median_gap_s"
 	ProxyStallChunk    attribute.Key = "llm.proxy.stall.chunk"
 
-	// GenAI and HTTP convention keys the integrations set.
-	ResponseID     attribute.Key = "gen_ai.response.id"
-	ResponseModel  attribute.Key = "gen_ai.response.model"
-	HTTPStatusCode attribute.Key = "http.response.status_code"
-	ServerAddress  attribute.Key = "server.address"
-	ServerPort     attribute.Key = "server.port"
+	// HTTP convention keys the integrations set (gen_ai.response.* are in
+	// keys.go).
+	HTTPStatusCode = semconv.HTTPResponseStatusCodeKey
+	ServerAddress  = semconv.ServerAddressKey
+	ServerPort     = semconv.ServerPortKey
 )
 
 // The update collector's own counters (llmtrace collect).
@@ -45,11 +44,10 @@ const (
 	CollectorError attribute.Key = "llm.collector.error"
 )
 
-// HTTP convention keys the HTTP layer (openaihttp) sets, from the
-// semantic-conventions version otelhttp v0.72.0 uses, so its spans and
-// metrics read like otelhttp's.
+// HTTP convention keys the HTTP layer (openaihttp) sets; they are the same
+// in every version since the HTTP conventions became stable (v1.23), so its
+// spans and metrics read like otelhttp's.
 const (
-	HTTPConventionVersion = "1.43.0"
 
 	HTTPRequestMethod      = semconv.HTTPRequestMethodKey
 	HTTPRoute              = semconv.HTTPRouteKey

@@ -25,6 +25,10 @@ const (
 	// minute leaves room for a slow, loaded producer and still stops a
 	// skewed one.
 	DefaultMaxClockAhead = time.Minute
+	// DefaultProviderName is gen_ai.provider.name when WithProviderName is
+	// not given. The conventions' well-known values name hosted APIs
+	// (openai, aws.bedrock, …); a self-hosted server names itself.
+	DefaultProviderName = "llmtrace"
 )
 
 type config struct {
@@ -43,6 +47,7 @@ type config struct {
 	maxHeld       int
 
 	models    []string
+	adapters  []string
 	maxModels int
 
 	tokenLatencies bool
@@ -50,6 +55,7 @@ type config struct {
 	onReject       func(*RejectError)
 	autoSweep      time.Duration
 	maxAhead       time.Duration
+	provider       string
 
 	sampling    *SamplingPolicy
 	trustParent bool
@@ -68,6 +74,7 @@ func newConfig(opts []Option) config {
 		maxHeld:       DefaultMaxHeld,
 		maxModels:     DefaultMaxModels,
 		maxAhead:      DefaultMaxClockAhead,
+		provider:      DefaultProviderName,
 	}
 	for _, o := range opts {
 		o.apply(&c)
@@ -174,7 +181,8 @@ func WithMaxHeld(n int) Option {
 }
 
 // WithModels sets the models that keep their name on metrics; any other
-// model is recorded as "other". Without it, the first 64 distinct models keep
+// model is recorded as "other". Without it, the first 64 distinct models
+// that served a request without failing keep
 // their names. Spans always carry the real model name.
 func WithModels(models ...string) Option {
 	return optionFunc(func(c *config) { c.models = append([]string(nil), models...) })
@@ -259,4 +267,26 @@ func WithMaxClockAhead(d time.Duration) Option {
 			c.maxAhead = d
 		}
 	})
+}
+
+// WithProviderName sets gen_ai.provider.name, which the GenAI conventions
+// require on the root span and the gen_ai.server.* metrics: the serving
+// stack as its clients know it, e.g. "vllm" behind a proxy, or a
+// well-known value such as "openai" for an OpenAI-compatible gateway to
+// OpenAI. Default DefaultProviderName. It is cut at MaxNameLength.
+func WithProviderName(name string) Option {
+	return optionFunc(func(c *config) {
+		if name != "" {
+			c.provider = cutUTF8(name, MaxNameLength)
+		}
+	})
+}
+
+// WithAdapters sets the LoRA adapters that keep their name on metrics
+// (llm.lora.adapter); any other is recorded as "other". Without it, the
+// first 64 distinct adapters that served a request without failing keep
+// their names, as for models (WithModels). Spans always carry the real
+// adapter name.
+func WithAdapters(adapters ...string) Option {
+	return optionFunc(func(c *config) { c.adapters = append([]string(nil), adapters...) })
 }

@@ -54,6 +54,7 @@ var ivStats = wantStats{
 
 var ivKids = []wantSpan{
 	spInput(0, 1, 10),
+	spHandoff(1, 2),
 	spQueue(2, 5, "new"),
 	spPrefill(5, 21, 10, 2, 1, false),
 	spDecode(21, 40, 3, 0),
@@ -270,6 +271,7 @@ func TestShutdownEndsUnfinished(t *testing.T) {
 		attrs: []attribute.KeyValue{attributes.ErrorType.String("unfinished"), attributes.FinishReasons.StringSlice([]string{"unfinished"})}},
 		[]wantSpan{
 			spInput(0, 1, 4),
+			spHandoff(1, 2),
 			spQueue(2, 3, "new"),
 			spPrefill(3, 11, 4, 0, 1, false),
 			spDecode(11, 11, 1, 0),

@@ -36,6 +36,11 @@ type Arrival struct {
 	// sweep, eviction or Shutdown that ended it. It must not retain the
 	// pointer. An HTTP layer learns here whether the trace was kept.
 	OnFinish func(*RequestStats)
+	// PDRole is this instance's part in disaggregated serving (PDRolePrefill,
+	// PDRoleDecode; empty on a unified instance, SPEC §7).
+	PDRole string
+	// LoRAAdapter is the adapter serving the request (SPEC §9).
+	LoRAAdapter string
 }
 
 // Request is a frontend's handle on one in-flight request. Its methods
@@ -57,7 +62,8 @@ type Request struct {
 // that return the same rejection, so callers need no nil checks on the hot
 // path.
 func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, error) {
-	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail, trustParent: a.TrustParent, link: a.Link}
+	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail, trustParent: a.TrustParent, link: a.Link,
+		PDRole: a.PDRole, LoRAAdapter: a.LoRAAdapter}
 	if t.closed.Load() {
 		return &Request{t: t}, t.rejected(reject(&u, SideFrontend, ReasonClosed, "the tracker is shut down"))
 	}
@@ -290,4 +296,40 @@ func (t *Tracker) retire(r *reqState) {
 	r.sh.unlink(r)
 	r.sh.mu.Unlock()
 	t.finalize(r, "")
+}
+
+// RoutedPD records what a router or proxy that routes the request through
+// disaggregated serving itself (SPEC §7) sees: when it sent the request to
+// the prefill instance, when P's response came back, and when it sent the
+// request on to the decode instance. The root then carries
+// llm.pd.prefill_duration_s (P's response − send to P) and
+// llm.pd.decode_ttft_s (the first content token − send to D), beside the
+// client's TTFT, so the "two TTFT numbers" of P/D are explained on one
+// span. Call it before the request finishes.
+func (q *Request) RoutedPD(prefillSent, prefillResponded, decodeSent time.Time) error {
+	t, r := q.t, q.r
+	u := Update{Kind: KindInputProcessed, Side: SideFrontend, Time: prefillSent}
+	if r == nil {
+		if t == nil {
+			return errNilRequest
+		}
+		return t.rejected(reject(&u, SideFrontend, ReasonUnknownRequest, "RoutedPD: the request's arrival was rejected"))
+	}
+	u.RequestID = r.id
+	ps, pr, ds := t.ns(prefillSent), t.ns(prefillResponded), t.ns(decodeSent)
+	if !validNs(ps) || !validNs(pr) || !validNs(ds) || pr < ps {
+		return t.rejected(reject(&u, SideFrontend, ReasonBadTimestamp, "RoutedPD: times out of range or the response before the send"))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done.Load() {
+		return t.rejected(reject(&u, SideFrontend, ReasonAfterFinished, "RoutedPD: the request has finished"))
+	}
+	r.ext().route = pdRoute{prefillSent: ps, prefillDone: pr, decodeSent: ds}
+	return nil
+}
+
+// pdRoute is what RoutedPD recorded.
+type pdRoute struct {
+	prefillSent, prefillDone, decodeSent int64
 }

@@ -56,11 +56,12 @@ type shard struct {
 // zero Tracker is not usable; create one with NewTracker and end it with
 // Shutdown.
 type Tracker struct {
-	cfg    config
-	tracer trace.Tracer
-	src    *spans.Source // WithSpanProcessor's resource and scope
-	inst   *instruments
-	models *modelSet
+	cfg      config
+	tracer   trace.Tracer
+	src      *spans.Source // WithSpanProcessor's resource and scope
+	inst     *instruments
+	models   *modelSet
+	adapters *modelSet
 
 	anchor   time.Time
 	anchorNs int64
@@ -105,7 +106,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 	if cfg.detail == DetailInherit || cfg.detail > DetailTokens {
 		cfg.detail = DetailTree
 	}
-	inst, err := newInstruments(cfg.mp, cfg.agg != nil)
+	inst, err := newInstruments(cfg.mp, cfg.agg != nil, cfg.provider)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +116,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 		tracer:   cfg.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version())),
 		inst:     inst,
 		models:   newModelSet(cfg.models, cfg.maxModels),
+		adapters: newModelSet(cfg.adapters, cfg.maxModels),
 		anchor:   now,
 		anchorNs: now.UnixNano(),
 		seed:     maphash.MakeSeed(),
@@ -362,7 +364,7 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext, a *Arriv
 	// records its requests' arrivals itself is no frontend (see clock.go).
 	now := t.now(ns)
 	r := &reqState{
-		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op,
+		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op, pdRole: u.PDRole, adapter: u.LoRAAdapter,
 		arrived: ns, lastSeen: ns, touched: now, prompt: -1, cached: -1,
 		fe: sideState{last: KindArrived, time: ns},
 		sh: sh,
