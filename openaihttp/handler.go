@@ -155,6 +155,12 @@ func watchGone(ctx context.Context) func() time.Time {
 		if t := at.Load(); t != nil {
 			return *t
 		}
+		if ctx.Err() != nil {
+			// A context closes its Done channel before it runs its
+			// AfterFuncs: a handler that returned on Done can stop the
+			// func before it ran. The client has gone all the same.
+			return time.Now()
+		}
 		return time.Time{}
 	}
 }

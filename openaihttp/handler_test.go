@@ -33,7 +33,7 @@ func TestStreamChatSpanTreeTTFTAndUsage(t *testing.T) {
 			`{"prompt_tokens":17,"completion_tokens":7,"total_tokens":24,"prompt_tokens_details":{"cached_tokens":4}}`),
 		pause: 5 * time.Millisecond,
 	}
-	srv, c := serve(t, openaihttp.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	sent := time.Now()
 	resp, body := post(t, c, srv.URL+"/v1/chat/completions", chatBody)
 	s := x.only()
@@ -131,7 +131,7 @@ func TestStreamChatSpanTreeTTFTAndUsage(t *testing.T) {
 func TestStreamWithoutUsage(t *testing.T) {
 	x := newH(t)
 	fs := &fakeServer{events: chatStream([]string{"a", "b", "c"}, "length", "")}
-	srv, c := serve(t, openaihttp.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m","stream":true,"temperature":1}`)
 	s := x.only()
 	if s.NumOutputTokens != 3 || s.NumPromptTokens.Valid || s.FinishReason != "length" {
@@ -158,7 +158,7 @@ func TestStreamHandlerReportsInput(t *testing.T) {
 		}
 		reqID = otelstats.RequestFromContext(r.Context()).ID()
 	}
-	srv, c := serve(t, openaihttp.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	sent := time.Now()
 	post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m","stream":true,"top_p":0.5}`)
 	s := x.only()
@@ -191,7 +191,7 @@ func TestNonStream(t *testing.T) {
 			`"usage":{"prompt_tokens":11,"completion_tokens":9,"total_tokens":20}}`,
 		pause: 4 * time.Millisecond,
 	}
-	srv, c := serve(t, openaihttp.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	_, body := post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m","max_tokens":9,"messages":[]}`)
 	if string(body) != fs.json {
 		t.Fatalf("body changed: %s", body)
@@ -247,7 +247,7 @@ func TestCompletionsEndpoint(t *testing.T) {
 		"[DONE]",
 	}
 	fs := &fakeServer{events: ev}
-	srv, c := serve(t, openaihttp.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	post(t, c, srv.URL+"/v1/completions", `{"model":"gpt2","prompt":"x","stream":true,"stream_options":{"include_usage":true}}`)
 	s := x.only()
 	if s.Operation != "text_completion" || s.NumOutputTokens != 2 || s.NumPromptTokens.N != 3 || s.FinishReason != "length" {
@@ -267,7 +267,7 @@ func TestResponsesEndpoint(t *testing.T) {
 		`{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":8,"output_tokens":2,"input_tokens_details":{"cached_tokens":0}}}}`,
 	}
 	fs := &fakeServer{events: ev}
-	srv, c := serve(t, openaihttp.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	post(t, c, srv.URL+"/v1/responses", `{"model":"m","input":"hi","stream":true,"max_output_tokens":64}`)
 	s := x.only()
 	if s.NumOutputTokens != 2 || s.NumPromptTokens.N != 8 || s.FinishReason != "stop" {
@@ -285,7 +285,7 @@ func TestClientDisconnectMidStreamIsAbort(t *testing.T) {
 		words[i] = "w"
 	}
 	fs := &fakeServer{events: chatStream(words, "stop", ""), pause: 2 * time.Millisecond, finished: make(chan struct{})}
-	srv, c := serve(t, openaihttp.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -334,7 +334,7 @@ func TestHandlerErrorStatus(t *testing.T) {
 	for _, code := range []int{500, 503, 429, 400} {
 		x := newH(t)
 		fs := &fakeServer{json: `{"error":{"message":"no","type":"server_error"}}`, status: code}
-		srv, c := serve(t, openaihttp.NewHandler(fs, x.tr))
+		srv, c := serve(t, x.handler(fs, x.tr))
 		resp, _ := post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m"}`)
 		if resp.StatusCode != code {
 			t.Fatalf("status %d", resp.StatusCode)
@@ -352,7 +352,7 @@ func TestHandlerErrorStatus(t *testing.T) {
 func TestStreamErrorEvent(t *testing.T) {
 	x := newH(t)
 	fs := &fakeServer{events: []string{chatChunk(`{"content":"a"}`, ""), `{"error":{"message":"engine died","type":"InternalServerError","code":500}}`, "[DONE]"}}
-	srv, c := serve(t, openaihttp.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m","stream":true}`)
 	if s := x.only(); s.FinishReason != "error" || s.ErrorType != "stream_error" || s.NumOutputTokens != 1 {
 		t.Errorf("finish %q/%q out %d", s.FinishReason, s.ErrorType, s.NumOutputTokens)
@@ -361,7 +361,7 @@ func TestStreamErrorEvent(t *testing.T) {
 
 func TestHandlerPanic(t *testing.T) {
 	x := newH(t)
-	hd := openaihttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hd := x.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
 		panic("handler bug")
 	}), x.tr)
@@ -423,7 +423,7 @@ func TestBodiesReachTheHandlerIntact(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			x := newH(t)
 			fs := &fakeServer{json: `{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`}
-			srv, cl := serve(t, openaihttp.NewHandler(fs, x.tr, append([]openaihttp.Option{openaihttp.WithPeekLimit(limit)}, c.opts...)...))
+			srv, cl := serve(t, x.handler(fs, x.tr, append([]openaihttp.Option{openaihttp.WithPeekLimit(limit)}, c.opts...)...))
 			resp, body := post(t, cl, srv.URL+c.path, c.body)
 			if resp.StatusCode != 200 || string(body) != fs.json {
 				t.Fatalf("response %d %q", resp.StatusCode, body)
@@ -474,7 +474,7 @@ func TestBodyReadErrorReachesTheHandler(t *testing.T) {
 	boom := errors.New("connection reset mid-body")
 	var got []byte
 	var gotErr error
-	hd := openaihttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hd := x.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, gotErr = io.ReadAll(r.Body)
 	}), x.tr)
 	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
@@ -489,7 +489,7 @@ func TestUntracedPathsGetTheSameRequestAndWriter(t *testing.T) {
 	x := newH(t)
 	var gotR *http.Request
 	var gotW http.ResponseWriter
-	hd := openaihttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { gotR, gotW = r, w }), x.tr)
+	hd := x.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { gotR, gotW = r, w }), x.tr)
 	for _, c := range []struct{ method, path string }{
 		{"GET", "/health"}, {"GET", "/healthz"}, {"GET", "/ready"}, {"GET", "/metrics"},
 		{"GET", "/v1/chat/completions"}, {"POST", "/v1/models"}, {"POST", "/"},
@@ -507,7 +507,7 @@ func TestUntracedPathsGetTheSameRequestAndWriter(t *testing.T) {
 func TestRoutesConfigurable(t *testing.T) {
 	x := newH(t)
 	fs := &fakeServer{json: `{}`}
-	srv, c := serve(t, openaihttp.NewHandler(fs, x.tr,
+	srv, c := serve(t, x.handler(fs, x.tr,
 		openaihttp.WithRoute("/openai/v1/chat/completions", "chat"),
 		openaihttp.WithRoute("/v1/completions", ""),
 		openaihttp.WithRequestID(func(*http.Request) string { return "fixed" }),
@@ -525,7 +525,7 @@ func TestRoutesConfigurable(t *testing.T) {
 func TestFlushThroughTheWrapper(t *testing.T) {
 	x := newH(t)
 	release := make(chan struct{})
-	hd := openaihttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hd := x.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := w.(http.Flusher); !ok {
 			t.Error("not a Flusher")
 		}
@@ -570,7 +570,7 @@ func TestHandlerSpansJoinTheTrace(t *testing.T) {
 		_, sp := x.tp.Tracer("handler").Start(r.Context(), "tokenize")
 		sp.End()
 	}
-	srv, c := serve(t, openaihttp.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m"}`)
 	x.only()
 	root, child := x.span("chat m"), x.span("tokenize")
@@ -602,7 +602,7 @@ func TestIncomingTraceparent(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := newH(t, c.tracker...)
-			srv, cl := serve(t, openaihttp.NewHandler(&fakeServer{json: `{}`}, x.tr, c.opts...))
+			srv, cl := serve(t, x.handler(&fakeServer{json: `{}`}, x.tr, c.opts...))
 			post(t, cl, srv.URL+"/v1/chat/completions", `{"model":"m"}`, "traceparent", "00-"+tid+"-"+sid+"-"+c.flags)
 			s := x.only()
 			if s.Sampled != c.sampled || x.hasSpan("chat m") != c.sampled {
@@ -638,7 +638,7 @@ func TestDetailHeaderOnlyWhenTrusted(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := newH(t)
-			srv, cl := serve(t, openaihttp.NewHandler(&fakeServer{json: `{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`}, x.tr, c.opts...))
+			srv, cl := serve(t, x.handler(&fakeServer{json: `{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`}, x.tr, c.opts...))
 			post(t, cl, srv.URL+"/v1/chat/completions", `{"model":"m"}`, openaihttp.DetailHeader, "0")
 			x.only()
 			if n := len(x.spanNames()); (n == 1) != (c.spans == 1) {

@@ -260,6 +260,10 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 
 // ServeHTTP proxies r, tracing it when it is an inference request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The body streams upstream while the response streams back: without
+	// this an HTTP/1 server would consume what is left of the body, under
+	// the transport's feet, once the response begins.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	route, op, ok := p.route(r)
 	if !ok {
 		p.pass(w, r)
@@ -464,6 +468,9 @@ func (c *call) emit() {
 		s.End(trace.WithTimestamp(in(end)))
 	}
 	waitEnd := ex.firstContent
+	if waitEnd.IsZero() && ex.mode != modeSSE {
+		waitEnd = ex.firstWrite // a response in one piece: its first byte
+	}
 	if waitEnd.IsZero() {
 		waitEnd = hi
 	}

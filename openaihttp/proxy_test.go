@@ -129,6 +129,20 @@ func (h *harness) spansOf(traceID string) map[string][]sdktrace.ReadOnlySpan {
 	}
 }
 
+func (h *harness) collect() map[string]metricdata.Aggregation {
+	var rm metricdata.ResourceMetrics
+	if err := h.reader.Collect(context.Background(), &rm); err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m.Data
+		}
+	}
+	return out
+}
+
 func (h *harness) counter(name string) int64 {
 	var rm metricdata.ResourceMetrics
 	if err := h.reader.Collect(context.Background(), &rm); err != nil {
