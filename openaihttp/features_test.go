@@ -458,7 +458,6 @@ func TestUpstreamModels(t *testing.T) {
 	}
 }
 
-
 // An upstream may answer before it has read the whole body (it streams
 // while the prompt uploads): the proxy's body must keep flowing upstream
 // after its response to the client has begun (full duplex), byte for byte.

@@ -329,4 +329,3 @@ func sseData(b []byte) []string {
 	}
 	return out
 }
-
