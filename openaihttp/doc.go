@@ -6,17 +6,20 @@
 //
 //   - NewHandler (or NewMiddleware) wraps the http.Handler of an
 //     OpenAI-compatible server written in Go;
-//
 //   - NewProxy is a reverse proxy to any OpenAI-compatible server (vLLM,
 //     SGLang, TGI, llama.cpp, Ollama), an http.Handler to mount in a mux of
 //     your own; `llmtrace proxy` is this handler in a server.
 //
-//     tracker, _ := otelstats.NewTracker(otelstats.WithAutoSweep(time.Second))
-//     http.ListenAndServe(":8000", openaihttp.NewHandler(mux, tracker))
+// In a server:
 //
-//     up, _ := url.Parse("http://127.0.0.1:8000")
-//     proxy, _ := openaihttp.NewProxy(up, tracker)
-//     mux.Handle("/v1/", proxy)
+//	tracker, _ := otelstats.NewTracker(otelstats.WithAutoSweep(time.Second))
+//	http.ListenAndServe(":8000", openaihttp.NewHandler(mux, tracker))
+//
+// In front of one:
+//
+//	up, _ := url.Parse("http://127.0.0.1:8000")
+//	proxy, _ := openaihttp.NewProxy(up, tracker)
+//	mux.Handle("/v1/", proxy)
 //
 // Both read the request's body and every byte of the response as it goes
 // by, never changing, delaying or reordering one, and both apply the same

@@ -501,3 +501,34 @@ func TestProxyFullDuplex(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+func TestConstructors(t *testing.T) {
+	tr, err := otelstats.NewTracker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	for _, u := range []string{"", "ftp://x", "http://", "/v1"} {
+		up, _ := url.Parse(u)
+		if _, err := openaihttp.NewProxy(up, tr); err == nil {
+			t.Errorf("NewProxy(%q) accepted", u)
+		}
+	}
+	up, _ := url.Parse("http://127.0.0.1:1")
+	if _, err := openaihttp.NewProxy(up, nil); err == nil {
+		t.Error("NewProxy without a tracker accepted")
+	}
+	// NewMiddleware is NewHandler; WithHTTPMetrics(false) leaves the HTTP
+	// metric to otelhttp.
+	x := newH(t)
+	mw := openaihttp.NewMiddleware(x.tr, openaihttp.WithMeterProvider(x.mp), openaihttp.WithHTTPMetrics(false),
+		openaihttp.WithPropagators(nil), openaihttp.WithStallPolicy(openaihttp.StallPolicy{Factor: 2}))
+	srv, c := serve(t, mw(&fakeServer{json: `{"choices":[{"message":{"content":"x"},"finish_reason":"stop"}]}`}))
+	post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m"}`)
+	if s := x.only(); s.FinishReason != "stop" {
+		t.Errorf("finish %q", s.FinishReason)
+	}
+	if pts := histPoints(t, x.metrics(), "http.server.request.duration"); len(pts) != 0 {
+		t.Errorf("HTTP metric recorded with WithHTTPMetrics(false): %v", pts)
+	}
+}
