@@ -132,12 +132,13 @@ func (b *peekedBody) Close() error { return b.rest.Close() }
 // client's body). The transport's Close leaves the client's body open: an
 // upstream that failed before reading it leaves the rest for drain.
 type scanBody struct {
-	rest io.ReadCloser
-	mu   sync.Mutex
-	s    *fieldScanner
-	eof  bool
-	shut bool      // the transport is done with the body
-	end  time.Time // when the body was read to its end (or its object closed)
+	rest    io.ReadCloser
+	mu      sync.Mutex
+	s       *fieldScanner
+	eof     bool
+	timeout bool      // reading the client's body hit a deadline
+	shut    bool      // the transport is done with the body
+	end     time.Time // when the body was read to its end (or its object closed)
 }
 
 func (b *scanBody) Read(p []byte) (int, error) {
@@ -148,8 +149,16 @@ func (b *scanBody) Read(p []byte) (int, error) {
 		b.end = time.Now()
 	}
 	b.eof = b.eof || err == io.EOF
+	b.timeout = b.timeout || isTimeout(err)
 	b.mu.Unlock()
 	return n, err
+}
+
+func (b *scanBody) timedOut() bool {
+	b.mu.Lock()
+	t := b.timeout
+	b.mu.Unlock()
+	return t || probeTimeout(b.rest)
 }
 
 // Close is the transport's: it will read no more.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -530,5 +531,37 @@ func TestConstructors(t *testing.T) {
 	}
 	if pts := histPoints(t, x.metrics(), "http.server.request.duration"); len(pts) != 0 {
 		t.Errorf("HTTP metric recorded with WithHTTPMetrics(false): %v", pts)
+	}
+}
+
+// A client too slow to send its body, in a server with a ReadTimeout, is
+// told 408 and its connection closed — not a 200 with an empty body — and
+// the request is an abort.
+func TestProxySlowBodyIs408(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.WriteHeader(400)
+	})
+	h := newHarness(t, up, nil)
+	srv := httptest.NewUnstartedServer(h.p)
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Config.IdleTimeout = time.Minute
+	srv.Start()
+	defer srv.Close()
+	for _, path := range []string{"/v1/chat/completions", "/v1/audio/speech"} {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(c, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\":\"m\",")
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || !strings.HasPrefix(string(b), "HTTP/1.1 408") {
+			t.Errorf("%s: client read %q, %v: want a 408 and the connection closed", path, b, err)
+		}
+	}
+	if s := h.waitStats(1)[0]; s.FinishReason != otelstats.FinishAbort || s.Model != "m" {
+		t.Errorf("finish %q model %q", s.FinishReason, s.Model)
 	}
 }

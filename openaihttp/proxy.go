@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -167,6 +168,10 @@ func (p *Proxy) route(r *http.Request) (route, op string, ok bool) {
 
 type callKey struct{}
 
+// bodyKey is the client's body as the proxy reads it (scanBody,
+// timeoutBody), for the error handler: ReverseProxy may hand it a wrapper.
+type bodyKey struct{}
+
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	u := pr.Out.URL
 	u.Scheme, u.Host = p.up.Scheme, p.up.Host
@@ -249,7 +254,14 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 		errType, code = ErrorTimeout, http.StatusGatewayTimeout
 	}
 	if r.Context().Err() != nil {
-		return // the client is gone (and the call cancelled): an abort, nobody to answer
+		if tb, _ := r.Context().Value(bodyKey{}).(interface{ timedOut() bool }); tb != nil && tb.timedOut() {
+			// The server ended the request on a read deadline: the client
+			// was too slow to send its body (ReadTimeout), and is told so
+			// rather than answered 200 with nothing.
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusRequestTimeout)
+		}
+		return // else the client is gone (and the call cancelled): an abort, nobody to answer
 	}
 	if c, _ := r.Context().Value(callKey{}).(*call); c != nil && c.upErr == "" {
 		c.upErr, c.upErrAt = errType, time.Now()
@@ -270,8 +282,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := p.newCall(r, route, op)
-	r2 := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	ctx := context.WithValue(r.Context(), callKey{}, c)
+	r2 := r.WithContext(ctx)
 	if c.body != nil {
+		r2 = r.WithContext(context.WithValue(ctx, bodyKey{}, c.body))
 		r2.Body = c.body
 	}
 	rw := &respWriter{ResponseWriter: w, ex: c.ex, before: func(int) { c.arrive() }}
@@ -297,6 +311,11 @@ func (p *Proxy) pass(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
+	if r.Body != nil && r.Body != http.NoBody {
+		tb := &timeoutBody{ReadCloser: r.Body}
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, tb))
+		r.Body = tb
+	}
 	defer func() {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
@@ -543,6 +562,38 @@ func (c *call) clientAttrs(errType string) []attribute.KeyValue {
 		a = append(a, attributes.ErrorType.String(errType))
 	}
 	return a
+}
+
+// timeoutBody notes whether reading a client's body hit a deadline.
+type timeoutBody struct {
+	io.ReadCloser
+	timeout atomic.Bool
+}
+
+func (b *timeoutBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if isTimeout(err) {
+		b.timeout.Store(true)
+	}
+	return n, err
+}
+
+func (b *timeoutBody) timedOut() bool { return b.timeout.Load() || probeTimeout(b.ReadCloser) }
+
+// probeTimeout reports whether reading r fails on a deadline: it tells a
+// client too slow to send its body (the server's ReadTimeout passed; the
+// deadline stays passed) from one that left, once the request's context
+// has ended and the transport's read of the body may not have returned
+// yet.
+func probeTimeout(r io.Reader) bool {
+	var one [1]byte
+	_, err := r.Read(one[:])
+	return isTimeout(err)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return err != nil && errors.As(err, &ne) && ne.Timeout()
 }
 
 // statusWriter remembers the status of an untraced response, keeping

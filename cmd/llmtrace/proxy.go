@@ -71,7 +71,7 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 	fs.Float64Var(&c.stall.Factor, "stall-factor", openaihttp.DefaultStallFactor, "a gap between chunks this many times the request's median gap is a stall…")
 	fs.DurationVar(&c.stall.Min, "stall-min", openaihttp.DefaultStallMin, "…when it is also longer than this")
 	models := fs.String("models", "", "comma-separated models that keep their own metric series (default: the upstream's /v1/models)")
-	fs.DurationVar(&c.modelsWait, "models-wait", 10*time.Second, "without -models, how long to ask the upstream's /v1/models at start (0: don't; the first 64 names seen keep their series)")
+	fs.DurationVar(&c.modelsWait, "models-wait", 10*time.Second, "without -models, how long to ask the upstream's /v1/models at start (0: don't; then the first 64 models whose requests succeed keep their series)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address")
 	fs.StringVar(&c.statsOut, "stats-out", "", "write one RequestStats JSON object per finished request to FILE (- for stdout)")
 	fs.StringVar(&c.spansOut, "spans-out", "", "write every span as a JSON line to FILE (- for stdout), flushed every second")
@@ -243,8 +243,9 @@ func (c *proxyConfig) proxyOptions(prov *otelconf.Providers, t http.RoundTripper
 // proxyModels decides which models keep their own metric series: -models,
 // else what the upstream's /v1/models lists (asked until -models-wait
 // passes: the engine may be starting beside us), and openaihttp's
-// UnknownModel beside them. Without either, the tracker's default keeps the
-// first 64 names seen.
+// UnknownModel beside them. Without either, the tracker's default: the
+// first 64 models whose requests succeed (junk names get a 404, so they
+// never earn one).
 func proxyModels(ctx context.Context, c *proxyConfig, t http.RoundTripper, logger *slog.Logger) []string {
 	models := c.models
 	if len(models) == 0 && c.modelsWait > 0 {
@@ -259,7 +260,7 @@ func proxyModels(ctx context.Context, c *proxyConfig, t http.RoundTripper, logge
 			}
 			select {
 			case <-wctx.Done():
-				logger.Warn("no model list from the upstream; the first 64 model names seen keep their own metric series (set -models)", "err", err)
+				logger.Warn("no model list from the upstream; the first 64 models whose requests succeed keep their own metric series (set -models)", "err", err)
 				return nil
 			case <-time.After(250 * time.Millisecond):
 			}
