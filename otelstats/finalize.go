@@ -324,6 +324,7 @@ func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestSta
 	}
 	if r.extra != nil {
 		t.inst.serving.record(sc, s, r.extra.positions, as)
+		t.stats.addServing(s)
 	}
 	h := &r.itl
 	if t.cfg.agg != nil {

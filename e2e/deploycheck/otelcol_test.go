@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,7 +49,8 @@ import (
 //	                                       (the default when CI is set;
 //	                                       LLMTRACE_BUILD_COLLECTOR=0 opts out)
 //
-// The cache is testbackend.CacheDir() (~/.cache/llmtrace, where
+// testbackend.CollectorBuild does it (the one ocb harness, shared with
+// e2e/fleet): the cache is testbackend.CacheDir() (~/.cache/llmtrace, where
 // scripts/build-jaeger.sh keeps Jaeger); a binary built once is found there
 // again, keyed by the builder config's hash, without either variable.
 const builderVersion = "v0.165.0"
@@ -79,61 +78,10 @@ func collectorBinary(t *testing.T) string {
 }
 
 func findOrBuildCollector(root string) (bin, skip string, err error) {
-	if p := os.Getenv("LLMTRACE_OTELCOL_BIN"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", "", fmt.Errorf("LLMTRACE_OTELCOL_BIN: %w", err)
-		}
-		return p, "", nil
-	}
-	cfg, err := os.ReadFile(filepath.Join(root, builderConfig))
-	if err != nil {
-		return "", "", err
-	}
-	sum := sha256.Sum256(append([]byte(builderVersion+"\n"), cfg...))
-	cache := testbackend.CacheDir()
-	if cache == "" {
-		return "", "no cache directory ($HOME unset); set LLMTRACE_OTELCOL_BIN", nil
-	}
-	dir := filepath.Join(cache, "otelcol-"+hex.EncodeToString(sum[:6]))
-	bin = filepath.Join(dir, "otelcol-llmtrace")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, "", nil
-	}
-	build := os.Getenv("LLMTRACE_BUILD_COLLECTOR")
-	if build != "1" && (build == "0" || os.Getenv(testbackend.EnvCI) == "") {
-		return "", fmt.Sprintf("no collector binary at %s; set LLMTRACE_BUILD_COLLECTOR=1 to build it with ocb %s (a few minutes, once) or LLMTRACE_OTELCOL_BIN=/path/to/binary", bin, builderVersion), nil
-	}
-	// ocb resolves output_path against its working directory; point it at
-	// the cache entry.
-	var m map[string]any
-	if err := yaml.Unmarshal(cfg, &m); err != nil {
-		return "", "", err
-	}
-	m["dist"].(map[string]any)["output_path"] = dir
-	out, err := yaml.Marshal(m)
-	if err != nil {
-		return "", "", err
-	}
-	work, err := os.MkdirTemp("", "otelcol-build-")
-	if err != nil {
-		return "", "", err
-	}
-	defer os.RemoveAll(work)
-	tmp := filepath.Join(work, "builder-config.yaml")
-	if err := os.WriteFile(tmp, out, 0o644); err != nil {
-		return "", "", err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
-	}
-	start := time.Now()
-	cmd := exec.Command("go", "run", "go.opentelemetry.io/collector/cmd/builder@"+builderVersion, "--config="+tmp)
-	cmd.Dir = work // outside any module
-	if log, err := cmd.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("ocb build: %w\n%s", err, log)
-	}
-	fmt.Fprintf(os.Stderr, "deploycheck: built the collector with ocb %s in %s: %s\n", builderVersion, time.Since(start).Round(time.Second), bin)
-	return bin, "", nil
+	return testbackend.CollectorBuild{
+		Manifest: filepath.Join(root, builderConfig), BuilderVersion: builderVersion,
+		RepoRoot: root, BinEnv: "LLMTRACE_OTELCOL_BIN",
+	}.Binary()
 }
 
 // TestCollectorValidates runs the real collector's validate command over
