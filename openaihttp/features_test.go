@@ -565,3 +565,49 @@ func TestProxySlowBodyIs408(t *testing.T) {
 		t.Errorf("finish %q model %q", s.FinishReason, s.Model)
 	}
 }
+
+// The proxy captures content only when the tracker does (SPEC §6): the
+// prompt from the body as it streams upstream, the completion from the
+// stream.
+func TestProxyContentCapture(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		sseWrite(w, chunk(map[string]any{"content": "SECRET-"}, nil))
+		sseWrite(w, chunk(map[string]any{"content": "OUT"}, "stop"))
+		sseWrite(w, "[DONE]")
+	})
+	body := `{"messages":[{"role":"user","content":"SECRET-IN"}],"model":"m","stream":true}`
+	for _, c := range []struct {
+		name    string
+		opts    []otelstats.Option
+		in, out string
+	}{
+		{"default", nil, "", ""},
+		{"opted in", []otelstats.Option{otelstats.WithContentCapture(&otelstats.ContentCapture{})}, `[{"role":"user","content":"SECRET-IN"}]`, "SECRET-OUT"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, up, nil, c.opts...)
+			resp := h.post(context.Background(), "/v1/chat/completions", body)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			s := h.waitStats(1)[0]
+			for _, sp := range h.spansOf(s.TraceID) {
+				for _, x := range sp {
+					for _, kv := range x.Attributes() {
+						if strings.Contains(kv.Value.String(), "SECRET") && c.in == "" {
+							t.Errorf("%s has %s = %q without opting in", x.Name(), kv.Key, kv.Value.String())
+						}
+					}
+				}
+			}
+			a := attrMap(h.spansOf(s.TraceID)["chat m"][0].Attributes())
+			if in, _ := a["gen_ai.input.messages"].(string); in != c.in {
+				t.Errorf("input %q, want %q", in, c.in)
+			}
+			if out, _ := a["gen_ai.output.messages"].(string); out != c.out {
+				t.Errorf("output %q, want %q", out, c.out)
+			}
+		})
+	}
+}
