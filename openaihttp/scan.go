@@ -204,74 +204,86 @@ func (s *fieldScanner) beginValue(c byte) {
 	s.capture([]byte{c})
 }
 
-// inValue reads a value's bytes up to its end, capturing them when wanted.
+// inValue reads a value's bytes up to its end, capturing them when wanted,
+// and returns what follows it (nil when p ended first, or the value broke).
 func (s *fieldScanner) inValue(p []byte) []byte {
 	i := 0
 	q := -1 // the next '"' at or after i (len(p): none), once looked for
 	for i < len(p) {
-		if s.inStr {
-			if s.esc {
-				s.esc = false
-				i++
+		end := false
+		switch {
+		case s.inStr:
+			var more bool
+			if i, q, more = s.inString(p, i, q); !more {
+				i = len(p)
 				continue
 			}
-			// Strings are most of a prompt: jump to what can end one,
-			// looking for the closing quote once however many escapes
-			// come before it.
-			if q < i {
-				if q = bytes.IndexByte(p[i:], '"'); q < 0 {
-					q = len(p)
-				} else {
-					q += i
-				}
-			}
-			if j := bytes.IndexByte(p[i:q], '\\'); j >= 0 {
-				i += j + 1
-				s.esc = true
-				continue
-			}
-			if q == len(p) {
-				break
-			}
-			i, s.inStr = q+1, false
-			if s.depth == 0 {
-				s.capture(p[:i])
-				s.endValue()
-				return p[i:]
-			}
-			continue
-		}
-		c := p[i]
-		if s.depth == 0 { // a scalar
-			if c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+			end = !s.inStr && s.depth == 0
+		case s.depth == 0: // a scalar
+			if c := p[i]; c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r' {
 				s.capture(p[:i])
 				s.endValue()
 				return p[i:]
 			}
 			i++
-			continue
+		default:
+			c := p[i]
+			i++
+			if !s.structure(c) {
+				return nil
+			}
+			end = s.depth == 0
 		}
-		i++
-		switch c {
-		case '"':
-			s.inStr = true
-		case '{', '[':
-			if !s.push(c) {
-				return nil
-			}
-		case '}', ']':
-			if !s.pop(c) {
-				return nil
-			}
-			if s.depth == 0 {
-				s.capture(p[:i])
-				s.endValue()
-				return p[i:]
-			}
+		if end {
+			s.capture(p[:i])
+			s.endValue()
+			return p[i:]
 		}
 	}
 	s.capture(p)
 	return nil
+}
+
+// inString reads on in a string from p[i]; q is the next '"' at or after
+// i once looked for (len(p): none). Strings are most of a prompt, so it
+// jumps to what can end one, looking for the closing quote once however
+// many escapes come before it. more is false when p ended inside the
+// string.
+func (s *fieldScanner) inString(p []byte, i, q int) (next, nextQ int, more bool) {
+	if s.esc {
+		s.esc = false
+		return i + 1, q, true
+	}
+	if q < i {
+		if q = bytes.IndexByte(p[i:], '"'); q < 0 {
+			q = len(p)
+		} else {
+			q += i
+		}
+	}
+	if j := bytes.IndexByte(p[i:q], '\\'); j >= 0 {
+		s.esc = true
+		return i + j + 1, q, true
+	}
+	if q == len(p) {
+		return len(p), q, false
+	}
+	s.inStr = false
+	return q + 1, q, true
+}
+
+// structure reads one byte inside a container, outside strings; false when
+// the brackets do not match (the scanner is then bad).
+func (s *fieldScanner) structure(c byte) bool {
+	switch c {
+	case '"':
+		s.inStr = true
+	case '{', '[':
+		return s.push(c)
+	case '}', ']':
+		return s.pop(c)
+	}
+	return true
 }
 
 // maxDepth is encoding/json's nesting limit.
