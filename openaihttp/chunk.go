@@ -27,6 +27,8 @@ type chunkJSON struct {
 	Response          *responseJSON `json:"response"`
 	Status            rawText       `json:"status"`
 	IncompleteDetails *reasonJSON   `json:"incomplete_details"`
+
+	store chunkStore // what decode points into
 }
 
 type choiceJSON struct {

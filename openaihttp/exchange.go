@@ -2,7 +2,6 @@ package openaihttp
 
 import (
 	"context"
-	"encoding/json"
 	"mime"
 	"net/http"
 	"strconv"
@@ -198,8 +197,7 @@ func (ex *exchange) event(data []byte, over bool) {
 		return
 	}
 	c := &ex.chunk
-	c.reset()
-	if json.Unmarshal(data, c) != nil {
+	if !c.decode(data) {
 		return // not JSON: not ours to judge
 	}
 	ex.observe(c)
