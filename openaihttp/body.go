@@ -32,7 +32,7 @@ func modelOf(s *fieldScanner, ri *requestInfo, eof bool) (model, problem string)
 	case ri.ModelOver:
 		return UnknownModel, BodyModelTooLong
 	case s.bad || eof && !s.complete():
-		if s.ok[reqModel] {
+		if s.vals[reqModel].ok {
 			return UnknownModel, BodyNoModel // a model of the wrong type
 		}
 		return UnknownModel, BodyNotJSON
@@ -44,7 +44,7 @@ func modelOf(s *fieldScanner, ri *requestInfo, eof bool) (model, problem string)
 
 // modelKnown reports whether the scanner has settled the model: read it
 // whole, or found it over its cap.
-func (s *fieldScanner) modelKnown() bool { return s.ok[reqModel] || s.over[reqModel] }
+func (s *fieldScanner) modelKnown() bool { return s.vals[reqModel].ok || s.vals[reqModel].over }
 
 // readAhead reads a request body's first bytes for its fields: up to the
 // peek limit, and on towards the end of the object (at most maxBody, within
@@ -135,6 +135,7 @@ type scanBody struct {
 	rest    io.ReadCloser
 	mu      sync.Mutex
 	s       *fieldScanner
+	sv      fieldScanner // what s points to
 	eof     bool
 	timeout bool      // reading the client's body hit a deadline
 	shut    bool      // the transport is done with the body

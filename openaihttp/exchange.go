@@ -56,6 +56,7 @@ type exchange struct {
 	sp       *otelstats.SamplingParams
 	reqCtx   context.Context
 	hold     *hold
+	holdv    hold // what hold points to
 
 	status     int
 	mode       respMode
@@ -83,6 +84,7 @@ type exchange struct {
 	// usage, else the last one only, whose count the usage may correct.
 	live         bool
 	pending      []pendingDelivery
+	pendingBuf   [2]pendingDelivery // pending's storage while live
 	recorded     int64
 	lastRecorded time.Time
 	firstContent time.Time
@@ -106,10 +108,18 @@ type exchange struct {
 }
 
 func newExchange(cfg *config, op string, arrived time.Time, reqCtx context.Context) *exchange {
-	ex := &exchange{cfg: cfg, op: op, arrived: arrived, reqCtx: reqCtx, prompt: -1, obs: newObserved()}
-	ex.hold = cfg.budget.newHold()
-	ex.sse = sseReader{limit: cfg.eventLimit, hold: ex.hold}
+	ex := &exchange{}
+	ex.init(cfg, op, arrived, reqCtx)
 	return ex
+}
+
+// init readies a zero exchange (one embedded in the proxy's call).
+func (ex *exchange) init(cfg *config, op string, arrived time.Time, reqCtx context.Context) {
+	ex.cfg, ex.op, ex.arrived, ex.reqCtx, ex.prompt, ex.obs = cfg, op, arrived, reqCtx, -1, newObserved()
+	ex.holdv.b = cfg.budget
+	ex.hold = &ex.holdv
+	ex.sse = sseReader{limit: cfg.eventLimit, hold: ex.hold}
+	ex.pending = ex.pendingBuf[:0]
 }
 
 // begin sets what the request body said, once it is known; waitUsage says
@@ -145,7 +155,14 @@ func modeOf(h http.Header, stream bool) respMode {
 	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
 		return modeOpaque
 	}
-	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	ct := h.Get("Content-Type")
+	switch ct { // what servers send, without parsing (which allocates)
+	case "text/event-stream", "text/event-stream; charset=utf-8":
+		return modeSSE
+	case "application/json", "application/json; charset=utf-8":
+		return modeJSON
+	}
+	mt, _, _ := mime.ParseMediaType(ct)
 	switch {
 	case mt == "text/event-stream":
 		return modeSSE
@@ -283,17 +300,21 @@ func (ex *exchange) settle() {
 	if n == 0 {
 		return
 	}
-	w := make([]int, n)
+	var buf [2 * len(ex.pendingBuf)]int
+	w := buf[:0]
+	if n > len(ex.pendingBuf) {
+		w = make([]int, 0, 2*n)
+	}
 	total := 0
-	for i, d := range ex.pending {
-		w[i] = int(d.w)
-		total += w[i]
+	for _, d := range ex.pending {
+		w = append(w, int(d.w))
+		total += int(d.w)
 	}
 	rest := total
 	if ex.obs.output >= 0 {
 		rest = int(max(ex.obs.output-ex.recorded, int64(n)))
 	}
-	for i, k := range spread(w, rest) {
+	for i, k := range spread(w[n:n:2*n], w, rest) {
 		ex.record(ex.arrived.Add(ex.pending[i].off), int64(k))
 	}
 	ex.pending = ex.pending[:0]
@@ -301,18 +322,19 @@ func (ex *exchange) settle() {
 
 // spread divides total (at least len(w)) over len(w) deliveries: one each,
 // and the rest in proportion to w, rounding so that the parts sum to total.
-func spread(w []int, total int) []int {
-	out := make([]int, len(w))
+// The parts are appended to dst[:0].
+func spread(dst, w []int, total int) []int {
+	out := dst[:0]
 	sum := 0
 	for _, v := range w {
 		sum += max(v, 1)
 	}
 	extra := max(total-len(w), 0)
 	cum, given := 0, 0
-	for i, v := range w {
+	for _, v := range w {
 		cum += max(v, 1)
 		upto := (extra*cum + sum - 1) / sum // ceil
-		out[i] = 1 + upto - given
+		out = append(out, 1+upto-given)
 		given = upto
 	}
 	return out

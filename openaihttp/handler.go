@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/llmtrace/llmtrace/attributes"
@@ -106,10 +106,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r2 := r.WithContext(hctx)
 	r2.Body = body
 	rw := &respWriter{ResponseWriter: w, ex: ex}
-	gone := watchGone(r.Context())
+	var gone goneWatch
+	gone.watch(r.Context())
 	normal := false
 	defer func() {
-		o := outcome{end: time.Now(), panicked: !normal, gone: gone()}
+		o := outcome{end: time.Now(), panicked: !normal, gone: gone.done()}
 		u := ex.finish(o)
 		ex.setTrailer(w.Header())
 		if h.cfg.httpMetrics {
@@ -137,30 +138,41 @@ func (c *config) noteBody(q *otelstats.Request, r *http.Request, route string, r
 	_ = q.SetAttributes(attrs...)
 }
 
-// watchGone notes when ctx ends (the client went away) while a request is
-// served; the returned function stops watching and returns that time, or
-// zero.
-func watchGone(ctx context.Context) func() time.Time {
-	var at atomic.Pointer[time.Time]
-	done := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		now := time.Now()
-		at.Store(&now)
-		close(done)
-	})
-	return func() time.Time {
-		if !stop() {
-			<-done
-		}
-		if t := at.Load(); t != nil {
-			return *t
-		}
-		if ctx.Err() != nil {
-			// A context closes its Done channel before it runs its
-			// AfterFuncs: a handler that returned on Done can stop the
-			// func before it ran. The client has gone all the same.
-			return time.Now()
-		}
-		return time.Time{}
+// goneWatch notes when a request's context ends (the client went away)
+// while it is served. The zero value is ready for watch; one goroutine
+// calls watch, then done.
+type goneWatch struct {
+	ctx  context.Context
+	stop func() bool
+	wg   sync.WaitGroup
+	at   time.Time // set by fire, read after wg
+}
+
+func (g *goneWatch) watch(ctx context.Context) {
+	g.ctx = ctx
+	g.wg.Add(1)
+	g.stop = context.AfterFunc(ctx, g.fire)
+}
+
+func (g *goneWatch) fire() {
+	g.at = time.Now()
+	g.wg.Done()
+}
+
+// done stops watching and returns when the context ended, or zero.
+func (g *goneWatch) done() time.Time {
+	if g.stop() {
+		g.wg.Done() // stopped before it ran: fire never will
 	}
+	g.wg.Wait()
+	switch {
+	case !g.at.IsZero():
+		return g.at
+	case g.ctx.Err() != nil:
+		// A context closes its Done channel before it runs its
+		// AfterFuncs: a handler that returned on Done can stop the
+		// func before it ran. The client has gone all the same.
+		return time.Now()
+	}
+	return time.Time{}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -26,7 +27,18 @@ import (
 	"github.com/llmtrace/llmtrace/spans"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// benchChild, when set (sidebyside_test.go), runs this binary as a proxy
+// process of a benchmark instead of the tests when the environment says so.
+var benchChild func() (code int, ok bool)
+
+func TestMain(m *testing.M) {
+	if benchChild != nil {
+		if code, ok := benchChild(); ok {
+			os.Exit(code)
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // h records what one tracker emits.
 type h struct {

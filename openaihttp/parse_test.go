@@ -145,7 +145,9 @@ func referenceInfo(ref *referenceFields) requestInfo {
 	v := reflect.ValueOf(ref).Elem()
 	for i := 0; i < v.NumField(); i++ {
 		if raw := v.Field(i).Bytes(); raw != nil {
-			s.raw[i], s.ok[i] = raw, true
+			start := len(s.buf)
+			s.buf = append(s.buf, raw...)
+			s.vals[i] = fieldValue{start: start, end: len(s.buf), ok: true}
 		}
 	}
 	return requestInfoOf(s)
@@ -176,7 +178,7 @@ func TestSpread(t *testing.T) {
 		// Fewer tokens than deliveries: never fewer than one each.
 		{[]int{1, 1, 1, 1}, 2, []int{1, 1, 1, 1}},
 	} {
-		got := spread(c.weights, c.total)
+		got := spread(nil, c.weights, c.total)
 		sum := 0
 		for _, n := range got {
 			sum += n
@@ -203,7 +205,7 @@ func FuzzSpread(f *testing.F) {
 		}
 		tot := max(int(total), len(w))
 		sum := 0
-		for _, n := range spread(w, tot) {
+		for _, n := range spread(nil, w, tot) {
 			if n < 1 {
 				t.Fatalf("part %d", n)
 			}
@@ -211,6 +213,33 @@ func FuzzSpread(f *testing.F) {
 		}
 		if sum != tot {
 			t.Fatalf("sum %d, want %d", sum, tot)
+		}
+	})
+}
+
+// FuzzFieldDecoders holds the request fields' decoders to encoding/json:
+// the same model string, number or nothing for any raw value.
+func FuzzFieldDecoders(f *testing.F) {
+	for _, s := range []string{`"llama"`, `"a\"b"`, `"é"`, "\"\xff\"", "\"a\x01\"", `"\u00e9"`, `""`, `"`, `5`, `-0`, `1.5`, `1e3`, `-1E-2`,
+		`9223372036854775807`, `9223372036854775808`, `-9223372036854775808`, `1e400`, `01`, `1.`, `.5`, `-`, `null`, `true`, `"5"`, `[1]`, `12abc`, ` 1`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var got, want string
+		jsonString(raw, &got)
+		_ = json.Unmarshal(raw, &want)
+		if got != want {
+			t.Errorf("string %q: %q, encoding/json %q", raw, got, want)
+		}
+		var fw float64
+		wantF := len(raw) > 0 && !bytes.Equal(raw, []byte("null")) && json.Unmarshal(raw, &fw) == nil
+		if gf := float(raw); (gf != nil) != wantF || gf != nil && *gf != fw {
+			t.Errorf("float %q: %v, encoding/json %v (%v)", raw, gf, fw, wantF)
+		}
+		var iw int64
+		wantI := len(raw) > 0 && !bytes.Equal(raw, []byte("null")) && json.Unmarshal(raw, &iw) == nil
+		if gi := integer(raw); (gi != nil) != wantI || gi != nil && *gi != iw {
+			t.Errorf("integer %q: %v, encoding/json %v (%v)", raw, gi, iw, wantI)
 		}
 	})
 }

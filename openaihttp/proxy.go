@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -49,6 +50,9 @@ type Proxy struct {
 	cfg       *config
 	rp        *httputil.ReverseProxy
 	transport http.RoundTripper
+
+	mu   sync.Mutex
+	urls map[string]string // urlFull's
 }
 
 var _ http.Handler = (*Proxy)(nil)
@@ -69,7 +73,7 @@ func NewProxy(upstream *url.URL, t *otelstats.Tracker, opts ...Option) (*Proxy, 
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{up: upstream, t: t, cfg: cfg, host: upstream.Hostname(), transport: cfg.transport}
+	p := &Proxy{up: upstream, t: t, cfg: cfg, host: upstream.Hostname(), transport: cfg.transport, urls: map[string]string{}}
 	if p.transport == nil {
 		p.transport = NewTransport(TransportConfig{})
 	}
@@ -168,9 +172,26 @@ func (p *Proxy) route(r *http.Request) (route, op string, ok bool) {
 
 type callKey struct{}
 
-// bodyKey is the client's body as the proxy reads it (scanBody,
-// timeoutBody), for the error handler: ReverseProxy may hand it a wrapper.
+// bodyKey is an untraced request's body as the proxy reads it
+// (timeoutBody), for the error handler: ReverseProxy may hand it a
+// wrapper.
 type bodyKey struct{}
+
+// bodyOf is the client's body as the proxy reads it, if any: a traced
+// request's scanBody, an untraced one's timeoutBody.
+func bodyOf(r *http.Request) interface{ timedOut() bool } {
+	if c, _ := r.Context().Value(callKey{}).(*call); c != nil {
+		if c.body != nil {
+			return c.body
+		}
+		return nil
+	}
+	tb, _ := r.Context().Value(bodyKey{}).(*timeoutBody)
+	if tb == nil {
+		return nil
+	}
+	return tb
+}
 
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	u := pr.Out.URL
@@ -215,7 +236,8 @@ func (t upstreamTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	c.respAt, c.upStatus, c.upProto = time.Now(), resp.StatusCode, protoVersion(resp.ProtoMajor, resp.ProtoMinor)
-	resp.Body = &upstreamBody{ReadCloser: resp.Body, c: c}
+	c.ub = upstreamBody{ReadCloser: resp.Body, c: c}
+	resp.Body = &c.ub
 	return resp, nil
 }
 
@@ -254,7 +276,7 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 		errType, code = ErrorTimeout, http.StatusGatewayTimeout
 	}
 	if r.Context().Err() != nil {
-		if tb, _ := r.Context().Value(bodyKey{}).(interface{ timedOut() bool }); tb != nil && tb.timedOut() {
+		if tb := bodyOf(r); tb != nil && tb.timedOut() {
 			// The server ended the request on a read deadline: the client
 			// was too slow to send its body (ReadTimeout), and is told so
 			// rather than answered 200 with nothing.
@@ -282,25 +304,23 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := p.newCall(r, route, op)
-	ctx := context.WithValue(r.Context(), callKey{}, c)
-	r2 := r.WithContext(ctx)
+	r2 := r.WithContext(context.WithValue(r.Context(), callKey{}, c))
 	if c.body != nil {
-		r2 = r.WithContext(context.WithValue(ctx, bodyKey{}, c.body))
 		r2.Body = c.body
 	}
-	rw := &respWriter{ResponseWriter: w, ex: c.ex, before: func(int) { c.arrive() }}
-	gone := watchGone(r.Context())
+	c.rw = respWriter{ResponseWriter: w, ex: c.ex, call: c, flushEach: true}
+	c.gone.watch(r.Context())
 	defer func() {
 		v := recover()
 		// ReverseProxy aborts the response (http.ErrAbortHandler) when
 		// copying it fails: the client left, or the upstream did.
-		c.finish(w, outcome{end: time.Now(), gone: gone(), aborted: v != nil || c.bodyErr,
+		c.finish(w, outcome{end: time.Now(), gone: c.gone.done(), aborted: v != nil || c.bodyErr,
 			upstreamErr: c.upErr, upstreamErrAt: c.upErrAt})
 		if v != nil {
 			panic(v)
 		}
 	}()
-	p.rp.ServeHTTP(rw, r2)
+	p.rp.ServeHTTP(&c.rw, r2)
 }
 
 // pass proxies an untraced request, counting it in the HTTP server metric.
@@ -348,12 +368,23 @@ type call struct {
 	bodyErr               bool
 	upErr                 string
 	upErrAt               time.Time
+
+	// The request's parts, allocated with it.
+	exv   exchange
+	stall stallDetector
+	bodyv scanBody
+	rw    respWriter
+	ub    upstreamBody
+	gone  goneWatch
 }
 
 func (p *Proxy) newCall(r *http.Request, route, op string) *call {
 	now := time.Now()
-	c := &call{p: p, r: r, route: route, ex: newExchange(p.cfg, op, now, r.Context()), id: p.cfg.newRequestID(r)}
-	c.ex.stall = newStallDetector(p.cfg.stall)
+	c := &call{p: p, r: r, route: route, id: p.cfg.newRequestID(r)}
+	c.exv.init(p.cfg, op, now, r.Context())
+	c.ex = &c.exv
+	c.stall.init(p.cfg.stall)
+	c.ex.stall = &c.stall
 	c.in = p.cfg.incoming(r)
 	if sc := trace.SpanContextFromContext(c.in.ctx); sc.IsValid() {
 		c.traceID = sc.TraceID()
@@ -366,7 +397,10 @@ func (p *Proxy) newCall(r *http.Request, route, op string) *call {
 		fields = requestFieldsCapture
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		c.body = &scanBody{rest: r.Body, s: newFieldScanner(fields, c.ex.hold)}
+		c.body = &c.bodyv
+		c.body.rest = r.Body
+		c.body.sv.init(fields, c.ex.hold)
+		c.body.s = &c.body.sv
 	}
 	return c
 }
@@ -460,6 +494,12 @@ func (c *call) finished(s *otelstats.RequestStats) {
 	c.emit()
 }
 
+// The span kinds' start options, boxed once.
+var (
+	kindClient   = trace.WithSpanKind(trace.SpanKindClient)
+	kindInternal = trace.WithSpanKind(trace.SpanKindInternal)
+)
+
 // emit starts and ends the proxy's spans as children of the request's
 // root, with explicit times inside it.
 func (c *call) emit() {
@@ -479,13 +519,18 @@ func (c *call) emit() {
 			end = hi
 		}
 		ctx := spans.ContextWithIDs(root, c.traceID, c.clientSpan)
-		_, s := tracer.Start(ctx, http.MethodPost, trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(sent),
+		_, s := tracer.Start(ctx, http.MethodPost, kindClient, trace.WithTimestamp(sent),
 			trace.WithAttributes(c.clientAttrs(errType)...))
 		if errType != "" {
 			s.SetStatus(codes.Error, errType)
 		}
 		s.End(trace.WithTimestamp(in(end)))
 	}
+	if !ex.firstContent.IsZero() && ex.mode == modeSSE {
+		c.emitStream(root, in, errType)
+	}
+	// llm.proxy.wait_first_token ends last: whoever sees it (a test) has
+	// all of the proxy's spans.
 	waitEnd := ex.firstContent
 	if waitEnd.IsZero() && ex.mode != modeSSE {
 		waitEnd = ex.firstWrite // a response in one piece: its first byte
@@ -501,8 +546,7 @@ func (c *call) emit() {
 	if !c.respAt.IsZero() {
 		attrs = append(attrs, AttrHeadersAfter.Float64(c.respAt.Sub(c.sent).Seconds()))
 	}
-	_, w := tracer.Start(root, SpanWaitFirstToken, trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithTimestamp(sent), trace.WithAttributes(attrs...))
+	_, w := tracer.Start(root, SpanWaitFirstToken, kindInternal, trace.WithTimestamp(sent), trace.WithAttributes(attrs...))
 	if !c.respAt.IsZero() {
 		w.AddEvent(EventHeaders, trace.WithTimestamp(minTime(maxTime(c.respAt, sent), waitEnd)))
 	}
@@ -511,9 +555,6 @@ func (c *call) emit() {
 		w.SetStatus(codes.Error, errType)
 	}
 	w.End(trace.WithTimestamp(waitEnd))
-	if !ex.firstContent.IsZero() && ex.mode == modeSSE {
-		c.emitStream(root, in, errType)
-	}
 }
 
 // emitStream emits llm.proxy.stream: the first content chunk to the last
@@ -533,8 +574,7 @@ func (c *call) emitStream(root context.Context, in func(time.Time) time.Time, er
 	if ex.obs.cached >= 0 {
 		attrs = append(attrs, attributes.UsageCacheReadInput.Int64(ex.obs.cached))
 	}
-	_, s := c.p.cfg.tracer.Start(root, SpanStream, trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithTimestamp(first), trace.WithAttributes(attrs...))
+	_, s := c.p.cfg.tracer.Start(root, SpanStream, kindInternal, trace.WithTimestamp(first), trace.WithAttributes(attrs...))
 	d.addEvents(s)
 	if errType != "" {
 		s.SetAttributes(attributes.ErrorType.String(errType))
@@ -545,13 +585,10 @@ func (c *call) emitStream(root context.Context, in func(time.Time) time.Time, er
 
 // clientAttrs are the HTTP conventions' attributes of the upstream call.
 func (c *call) clientAttrs(errType string) []attribute.KeyValue {
-	u := *c.p.up
-	u.Path, u.RawPath, u.RawQuery, u.User = upstreamPath(c.p.up.Path, c.r.URL.Path), "", "", nil
-	a := []attribute.KeyValue{
-		attributes.HTTPRequestMethod.String(http.MethodPost),
+	a := make([]attribute.KeyValue, 0, 9)
+	a = append(a, attributes.HTTPRequestMethod.String(http.MethodPost),
 		attributes.ServerAddress.String(c.p.host), attributes.ServerPort.Int(c.p.port),
-		attributes.URLFull.String(c.p.cfg.capped(u.String(), 2048, attributes.URLFull)),
-	}
+		attributes.URLFull.String(c.p.urlFull(c.r.URL.Path)))
 	if c.upStatus != 0 {
 		a = append(a, attributes.HTTPStatusCode.Int(c.upStatus))
 	}
@@ -562,6 +599,29 @@ func (c *call) clientAttrs(errType string) []attribute.KeyValue {
 		a = append(a, attributes.ErrorType.String(errType))
 	}
 	return a
+}
+
+// maxURLs bounds the upstream URLs a Proxy keeps built: one per traced
+// path (routes are configured, so there are few).
+const maxURLs = 64
+
+// urlFull is url.full of the upstream call for a client's path: built
+// once per path, capped at 2,048 bytes (the cut counted each time).
+func (p *Proxy) urlFull(path string) string {
+	p.mu.Lock()
+	full, ok := p.urls[path]
+	p.mu.Unlock()
+	if !ok {
+		u := *p.up
+		u.Path, u.RawPath, u.RawQuery, u.User = upstreamPath(p.up.Path, path), "", "", nil
+		full = u.String()
+		p.mu.Lock()
+		if len(p.urls) < maxURLs {
+			p.urls[path] = full
+		}
+		p.mu.Unlock()
+	}
+	return p.cfg.capped(full, 2048, attributes.URLFull)
 }
 
 // timeoutBody notes whether reading a client's body hit a deadline.
@@ -592,8 +652,11 @@ func probeTimeout(r io.Reader) bool {
 }
 
 func isTimeout(err error) bool {
+	if err == nil || err == io.EOF {
+		return false
+	}
 	var ne net.Error
-	return err != nil && errors.As(err, &ne) && ne.Timeout()
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // statusWriter remembers the status of an untraced response, keeping

@@ -107,7 +107,7 @@ func (h *harness) waitStats(n int) []otelstats.RequestStats {
 }
 
 // spansOf returns a trace's spans by name once its llm.proxy.wait_first_token
-// span has ended: the proxy emits its spans after the request's FINISHED,
+// span has ended (the proxy ends it last): the proxy emits its spans after the request's FINISHED,
 // which is when the test learns of it.
 func (h *harness) spansOf(traceID string) map[string][]sdktrace.ReadOnlySpan {
 	h.t.Helper()

@@ -3,6 +3,8 @@ package openaihttp
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/llmtrace/llmtrace/otelstats"
 )
@@ -81,15 +83,26 @@ var requestFieldsCapture = &fieldSet{
 func requestInfoOf(s *fieldScanner) requestInfo {
 	var ri requestInfo
 	model, over := s.value(reqModel)
-	_ = json.Unmarshal(model, &ri.Model)
+	jsonString(model, &ri.Model)
 	ri.ModelOver = over
-	stream, _ := s.value(reqStream)
-	_ = json.Unmarshal(stream, &ri.Stream)
-	var so struct {
-		IncludeUsage bool `json:"include_usage"`
+	switch stream, _ := s.value(reqStream); string(stream) {
+	case "true":
+		ri.Stream = true
+	case "false", "":
+	default:
+		_ = json.Unmarshal(stream, &ri.Stream)
 	}
-	if raw, _ := s.value(reqStreamOptions); json.Unmarshal(raw, &so) == nil {
-		ri.IncludeUsage = so.IncludeUsage
+	switch raw, _ := s.value(reqStreamOptions); string(raw) {
+	case `{"include_usage":true}`:
+		ri.IncludeUsage = true
+	case `{"include_usage":false}`, "":
+	default:
+		var so struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		if json.Unmarshal(raw, &so) == nil {
+			ri.IncludeUsage = so.IncludeUsage
+		}
 	}
 	v := func(i int) json.RawMessage { raw, _ := s.value(i); return raw }
 	p := &ri.Sampling
@@ -115,7 +128,7 @@ func requestInfoOf(s *fieldScanner) requestInfo {
 // captureInputOf returns the request's messages, prompt or input as raw
 // JSON (a string prompt unquoted), when the scanner kept them.
 func captureInputOf(s *fieldScanner) string {
-	if len(s.raw) <= reqInput {
+	if len(s.vals) <= reqInput {
 		return ""
 	}
 	for _, i := range []int{reqMessages, reqPrompt, reqInput} {
@@ -132,20 +145,65 @@ func captureInputOf(s *fieldScanner) string {
 	return ""
 }
 
+// float reads a number as encoding/json would into a float64 (nil for
+// anything else, or out of range).
 func float(raw json.RawMessage) *float64 {
-	var v float64
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) || json.Unmarshal(raw, &v) != nil {
+	raw = bytes.Trim(raw, " \t\r\n")
+	if _, ok := jsonNumber(raw); !ok {
+		return nil
+	}
+	v, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil {
 		return nil
 	}
 	return &v
 }
 
+// integer reads an integer as encoding/json would into an int64 (nil for
+// anything else — a fraction or exponent included — or out of range).
 func integer(raw json.RawMessage) *int64 {
-	var v int64
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) || json.Unmarshal(raw, &v) != nil {
+	raw = bytes.Trim(raw, " \t\r\n")
+	if integer, ok := jsonNumber(raw); !ok || !integer {
+		return nil
+	}
+	v, ok := parseInt64(raw)
+	if !ok {
 		return nil
 	}
 	return &v
+}
+
+// jsonNumber reports whether raw is exactly one JSON number, and whether
+// it is an integer.
+func jsonNumber(raw []byte) (integer, ok bool) {
+	if len(raw) == 0 {
+		return false, false
+	}
+	p := chunkParser{b: raw}
+	integer = p.number()
+	return integer, !p.bad && p.i == len(raw)
+}
+
+// jsonString decodes a JSON string into dst as encoding/json does, the
+// usual one — no escapes, no control characters, valid UTF-8, which
+// Unmarshal would return as it is — without it. Anything else is
+// Unmarshal's (which leaves dst alone for a non-string).
+func jsonString(raw []byte, dst *string) {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		inner := raw[1 : len(raw)-1]
+		plain := utf8.Valid(inner)
+		for _, c := range inner {
+			if c < 0x20 || c == '\\' || c == '"' {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			*dst = string(inner)
+			return
+		}
+	}
+	_ = json.Unmarshal(raw, dst)
 }
 
 // stops reads "stop": a string or an array of strings. The tracker caps

@@ -18,10 +18,11 @@ import (
 // concurrent use.
 type fieldScanner struct {
 	set  *fieldSet
-	raw  [][]byte // per wanted key: its value
-	ok   []bool   // raw is a complete value
-	over []bool   // the value was longer than its cap (or the budget refused it)
-	hold *hold    // reservations for what raw holds; nil: unbounded by a budget
+	vals []fieldValue // per wanted key
+	// buf holds every kept value back to back, the one being read last;
+	// its capacity is reserved from hold (nil: unbounded by a budget).
+	buf  []byte
+	hold *hold
 
 	st      scanState
 	depth   int      // nesting inside the value being read
@@ -35,6 +36,13 @@ type fieldScanner struct {
 	done    bool
 	bad     bool
 	stopped bool // released: reads nothing more
+}
+
+// fieldValue is what the scanner kept of one wanted key.
+type fieldValue struct {
+	start, end int  // the value in buf
+	ok         bool // a complete value
+	over       bool // the value was longer than its cap (or the budget refused it)
 }
 
 // fieldSet is a fixed list of wanted keys (lower case) and their caps.
@@ -69,8 +77,14 @@ const (
 const maxKey = 64
 
 func newFieldScanner(set *fieldSet, h *hold) *fieldScanner {
-	n := len(set.keys)
-	return &fieldScanner{set: set, raw: make([][]byte, n), ok: make([]bool, n), over: make([]bool, n), hold: h, cur: -1}
+	s := &fieldScanner{}
+	s.init(set, h)
+	return s
+}
+
+// init readies a zero scanner (one embedded in the proxy's call).
+func (s *fieldScanner) init(set *fieldSet, h *hold) {
+	s.set, s.vals, s.hold, s.cur = set, make([]fieldValue, len(set.keys)), h, -1
 }
 
 // complete reports whether the object's closing brace was read.
@@ -79,10 +93,11 @@ func (s *fieldScanner) complete() bool { return s.done }
 // value returns the raw value of wanted key i ("" when absent, cut off or
 // over its cap) and whether it was over its cap.
 func (s *fieldScanner) value(i int) (json.RawMessage, bool) {
-	if !s.ok[i] {
-		return nil, s.over[i]
+	v := &s.vals[i]
+	if !v.ok {
+		return nil, v.over
 	}
-	return s.raw[i], s.over[i]
+	return s.buf[v.start:v.end:v.end], v.over
 }
 
 // feed reads the next bytes of the object.
@@ -182,11 +197,48 @@ func (s *fieldScanner) endKey() {
 		}
 		key = []byte(k)
 	}
-	s.cur = s.set.index(bytes.ToLower(key))
+	s.cur = s.set.index(lower(key))
 	if s.cur >= 0 {
-		// A later duplicate replaces the earlier value.
-		s.raw[s.cur], s.ok[s.cur], s.over[s.cur] = s.raw[s.cur][:0], false, false
+		// A later duplicate replaces the earlier value: the new one starts
+		// at the end of what is kept.
+		s.forget(s.cur)
+		s.vals[s.cur] = fieldValue{start: len(s.buf), end: len(s.buf)}
 	}
+}
+
+// forget removes value i's bytes from buf, moving the values after it
+// down, so that duplicates never make the scanner hold more than its caps.
+// A value moves at most once per time it is read (it is then last), so a
+// body of duplicates costs time linear in its size.
+func (s *fieldScanner) forget(i int) {
+	v := s.vals[i]
+	n := v.end - v.start
+	if n == 0 {
+		return
+	}
+	copy(s.buf[v.start:], s.buf[v.end:])
+	s.buf = s.buf[:len(s.buf)-n]
+	for j := range s.vals {
+		if w := &s.vals[j]; w.start >= v.end {
+			w.start, w.end = w.start-n, w.end-n
+		}
+	}
+}
+
+// lower returns b in lower case, in place when it is ASCII (it is the
+// scanner's own copy of a key), as bytes.ToLower otherwise.
+func lower(b []byte) []byte {
+	for _, c := range b {
+		if c >= 0x80 {
+			return bytes.ToLower(b)
+		}
+	}
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return b
 }
 
 // beginValue starts a value at its first byte c.
@@ -322,37 +374,39 @@ func (s *fieldScanner) pop(c byte) bool {
 // capture appends b to the value being read, if it is wanted and fits.
 func (s *fieldScanner) capture(b []byte) {
 	i := s.cur
-	if i < 0 || s.over[i] || len(b) == 0 {
+	if i < 0 || s.vals[i].over || len(b) == 0 {
 		return
 	}
-	r := s.raw[i]
-	if len(r)+len(b) > s.set.caps[i] {
+	v := &s.vals[i]
+	if v.end-v.start+len(b) > s.set.caps[i] {
 		s.drop(i)
 		return
 	}
-	if len(r)+len(b) > cap(r) {
-		grown := max(2*cap(r), len(r)+len(b), 16)
-		grown = min(grown, s.set.caps[i])
-		if !s.hold.take(grown - cap(r)) {
+	if len(s.buf)+len(b) > cap(s.buf) {
+		grown := max(2*cap(s.buf), len(s.buf)+len(b), 64)
+		if !s.hold.take(grown - cap(s.buf)) {
 			s.drop(i)
 			return
 		}
-		n := make([]byte, len(r), grown)
-		copy(n, r)
-		r = n
+		n := make([]byte, len(s.buf), grown)
+		copy(n, s.buf)
+		s.buf = n
 	}
-	s.raw[i] = append(r, b...)
+	s.buf = append(s.buf, b...)
+	v.end = len(s.buf)
 }
 
+// drop gives up the value being read (it is the last in buf).
 func (s *fieldScanner) drop(i int) {
-	s.hold.release(cap(s.raw[i]))
-	s.raw[i], s.over[i] = nil, true
+	v := &s.vals[i]
+	s.buf = s.buf[:v.start]
+	*v = fieldValue{start: v.start, end: v.start, over: true}
 }
 
 // endValue ends the value being read: a wanted value is now complete.
 func (s *fieldScanner) endValue() {
-	if s.cur >= 0 && !s.over[s.cur] {
-		s.ok[s.cur] = true
+	if s.cur >= 0 && !s.vals[s.cur].over {
+		s.vals[s.cur].ok = true
 	}
 	s.st, s.cur = scanAfterValue, -1
 }
@@ -360,8 +414,7 @@ func (s *fieldScanner) endValue() {
 // release gives back what the scanner holds; it reads nothing more.
 func (s *fieldScanner) release() {
 	s.stopped = true
-	for i := range s.raw {
-		s.hold.release(cap(s.raw[i]))
-		s.raw[i] = nil
-	}
+	s.hold.release(cap(s.buf))
+	s.buf = nil
+	clear(s.vals)
 }

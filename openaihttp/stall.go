@@ -59,6 +59,10 @@ type stallDetector struct {
 
 	count  int
 	events []stallEvent // the first maxStallEvents
+
+	// The first gaps' storage: most streams are short, and a longer one
+	// grows ring and sorted once or twice up to its window.
+	ringBuf, sortedBuf [16]time.Duration
 }
 
 type stallEvent struct {
@@ -68,7 +72,15 @@ type stallEvent struct {
 }
 
 func newStallDetector(p StallPolicy) *stallDetector {
-	return &stallDetector{p: p.withDefaults()}
+	d := &stallDetector{}
+	d.init(p)
+	return d
+}
+
+// init readies a zero detector (one embedded in the proxy's call).
+func (d *stallDetector) init(p StallPolicy) {
+	d.p = p.withDefaults()
+	d.ring, d.sorted = d.ringBuf[:0], d.sortedBuf[:0]
 }
 
 // gap records the gap before content chunk idx, which began at start.

@@ -13,10 +13,14 @@ import (
 type respWriter struct {
 	http.ResponseWriter
 	ex *exchange
-	// before, when set, runs once before the first header goes out (the
-	// proxy records ARRIVED there).
-	before func(code int)
-	headed bool // a final status has been seen
+	// call, in the proxy, records ARRIVED before the first header goes
+	// out.
+	call *call
+	// flushEach flushes every write before the exchange reads it: the
+	// proxy's ReverseProxy flushes after each write anyway, and this way
+	// the client is not kept waiting while the layer reads the bytes.
+	flushEach bool
+	headed    bool // a final status has been seen
 }
 
 var (
@@ -29,8 +33,8 @@ func (w *respWriter) header(code int) {
 		return
 	}
 	w.headed = true
-	if w.before != nil {
-		w.before(code)
+	if w.call != nil {
+		w.call.arrive()
 	}
 	w.ex.header(code, w.Header(), time.Now())
 }
@@ -43,6 +47,9 @@ func (w *respWriter) WriteHeader(code int) {
 func (w *respWriter) Write(p []byte) (int, error) {
 	w.header(http.StatusOK)
 	n, err := w.ResponseWriter.Write(p)
+	if w.flushEach && err == nil {
+		_ = http.NewResponseController(w.ResponseWriter).Flush()
+	}
 	w.ex.wrote(time.Now(), p[:n], err)
 	return n, err
 }

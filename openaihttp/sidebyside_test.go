@@ -1,0 +1,525 @@
+//go:build unix
+
+package openaihttp_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/llmtrace/llmtrace/examples/httpserver/toyserver"
+	"github.com/llmtrace/llmtrace/openaihttp"
+	"github.com/llmtrace/llmtrace/otelconf"
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// The side-by-side benchmark (BENCHMARKS.md, "The proxy beside
+// httputil.ReverseProxy"): streamed chat completions of 16 tokens from the
+// toy server of examples/httpserver, over loopback TCP, alternating between
+// a direct connection, httputil.ReverseProxy flushing every write (what a
+// user would put there instead) and openaihttp's Proxy. Each proxy runs in
+// a process of its own — this test binary again, started by the benchmark —
+// so that its CPU time (getrusage) and allocations are its own, not the
+// client's, the upstream's or the OTLP receiver's.
+//
+//	go test -run='^$' -bench=BenchmarkSideBySide -benchtime=600x ./openaihttp
+
+// Environment of a proxy process started by the benchmark.
+const (
+	sbsModeEnv     = "OPENAIHTTP_SBS_PROXY"    // "reverseproxy" or "llmtrace"
+	sbsUpstreamEnv = "OPENAIHTTP_SBS_UPSTREAM" // the toy server's URL
+	// sbsProfileEnv, when set in the benchmark's environment, makes each
+	// llmtrace proxy process write a CPU profile to this path (suffixed
+	// with the sub-benchmark), for `go tool pprof`.
+	sbsProfileEnv = "OPENAIHTTP_SBS_CPUPROFILE"
+)
+
+func init() { benchChild = sbsChild }
+
+// sbsChild runs a proxy process when the environment asks for one.
+func sbsChild() (int, bool) {
+	mode := os.Getenv(sbsModeEnv)
+	if mode == "" {
+		return 0, false
+	}
+	if err := sbsServe(mode, os.Getenv(sbsUpstreamEnv)); err != nil {
+		fmt.Fprintln(os.Stderr, "proxy process:", err)
+		return 1, true
+	}
+	return 0, true
+}
+
+// sbsServe serves one proxy on a free loopback port, prints "listening
+// ADDR", answers each "stats" line on stdin with its process's CPU time and
+// allocations, and shuts down (exporting what it holds) when stdin closes.
+func sbsServe(mode, upstream string) error {
+	up, err := url.Parse(upstream)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	transport := openaihttp.NewTransport(openaihttp.TransportConfig{})
+	var h http.Handler
+	stop := func() error { return nil }
+	switch mode {
+	case "reverseproxy":
+		rp := httputil.NewSingleHostReverseProxy(up)
+		rp.FlushInterval = -1
+		rp.Transport = transport
+		// Without full duplex an HTTP/1 server closes the request body once
+		// the response begins, and the transport, still reading it for the
+		// upstream (which may answer before it read the body's end, as
+		// the toy server does), fails the connection under the response:
+		// about one stream in a hundred is cut short. openaihttp's Proxy
+		// does the same.
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_ = http.NewResponseController(w).EnableFullDuplex()
+			rp.ServeHTTP(w, r)
+		})
+	case "llmtrace":
+		// As `llmtrace proxy` and the README set it up.
+		prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-proxy"})
+		if err != nil {
+			return err
+		}
+		tracker, err := otelstats.NewTracker(append(prov.TrackerOptions(), otelstats.WithAutoSweep(time.Second),
+			otelstats.WithModels("toy", openaihttp.UnknownModel))...)
+		if err != nil {
+			return err
+		}
+		p, err := openaihttp.NewProxy(up, tracker, openaihttp.WithTracerProvider(prov.TracerProvider),
+			openaihttp.WithMeterProvider(prov.MeterProvider), openaihttp.WithTransport(transport))
+		if err != nil {
+			return err
+		}
+		h = p
+		stop = func() error {
+			return errors.Join(tracker.Shutdown(ctx), prov.Shutdown(ctx))
+		}
+	default:
+		return fmt.Errorf("unknown mode %q", mode)
+	}
+	if path := os.Getenv(sbsProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		runtime.SetCPUProfileRate(1000)
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	if path := os.Getenv("OPENAIHTTP_SBS_MEMPROFILE"); path != "" && mode == "llmtrace" {
+		runtime.MemProfileRate = 1
+		defer func() {
+			f, _ := os.Create(path)
+			_ = pprof.Lookup("allocs").WriteTo(f, 0)
+			_ = f.Close()
+		}()
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	fmt.Printf("listening %s\n", l.Addr())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() == "stats" {
+			fmt.Println(sbsStats())
+		}
+	}
+	_ = srv.Shutdown(ctx)
+	transport.CloseIdleConnections()
+	err = stop()
+	fmt.Println("exported")
+	return err
+}
+
+// sbsStats is the process's CPU time (user + system, ns), allocations and
+// bytes allocated so far.
+func sbsStats() string {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return fmt.Sprintf("stats %d %d %d %d", ru.Utime.Nano()+ru.Stime.Nano(), ms.Mallocs, ms.TotalAlloc, ru.Nvcsw+ru.Nivcsw)
+}
+
+// sbsProcess is a proxy process the benchmark drives.
+type sbsProcess struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Scanner
+	addr  string
+	stats sbsCounters
+}
+
+type sbsCounters struct{ cpu, mallocs, bytes, switches int64 }
+
+func (c sbsCounters) sub(d sbsCounters) sbsCounters {
+	return sbsCounters{c.cpu - d.cpu, c.mallocs - d.mallocs, c.bytes - d.bytes, c.switches - d.switches}
+}
+
+func startSBSProcess(b *testing.B, mode, upstream string, env []string) *sbsProcess {
+	b.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(sbsEnviron(), append(env, sbsModeEnv+"="+mode, sbsUpstreamEnv+"="+upstream)...)
+	cmd.Stderr = os.Stderr
+	p := &sbsProcess{cmd: cmd}
+	if p.in, err = cmd.StdinPipe(); err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.stop(b) })
+	p.out = bufio.NewScanner(stdout)
+	line := p.line(b)
+	if p.addr = strings.TrimPrefix(line, "listening "); p.addr == line {
+		b.Fatalf("%s proxy process: %q", mode, line)
+	}
+	return p
+}
+
+// sbsEnviron is the benchmark's environment without the OpenTelemetry and
+// llmtrace variables, which each process gets as its mode says.
+func sbsEnviron() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "LLMTRACE_") && !strings.HasPrefix(kv, "OPENAIHTTP_SBS_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func (p *sbsProcess) line(b *testing.B) string {
+	b.Helper()
+	if !p.out.Scan() {
+		b.Fatalf("proxy process ended: %v", p.out.Err())
+	}
+	return p.out.Text()
+}
+
+// sample reads the process's counters.
+func (p *sbsProcess) sample(b *testing.B) sbsCounters {
+	b.Helper()
+	if _, err := io.WriteString(p.in, "stats\n"); err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(p.line(b))
+	if len(f) != 5 || f[0] != "stats" {
+		b.Fatalf("proxy process said %q", f)
+	}
+	var c sbsCounters
+	for i, dst := range []*int64{&c.cpu, &c.mallocs, &c.bytes, &c.switches} {
+		v, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		*dst = v
+	}
+	return c
+}
+
+// stop closes the process's stdin, so it shuts down and exports what it
+// holds, and waits for it.
+func (p *sbsProcess) stop(b *testing.B) {
+	if p.in == nil {
+		return
+	}
+	_ = p.in.Close()
+	p.in = nil
+	for p.out.Scan() {
+	}
+	if err := p.cmd.Wait(); err != nil {
+		b.Errorf("proxy process: %v", err)
+	}
+}
+
+// otlpReceiver is an OTLP/HTTP receiver counting the spans it gets; metrics
+// are read and acknowledged.
+type otlpReceiver struct {
+	spans, metricExports atomic.Int64
+}
+
+func (r *otlpReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	switch req.URL.Path {
+	case "/v1/traces":
+		var m coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &m); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		for _, rs := range m.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				r.spans.Add(int64(len(ss.Spans)))
+			}
+		}
+		resp, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(resp)
+	case "/v1/metrics":
+		r.metricExports.Add(1)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	default:
+		http.NotFound(w, req)
+	}
+}
+
+// sbsBody asks for 16 tokens: the toy engine's natural length for seed 3
+// is 36, so max_tokens ends it.
+const sbsBody = `{"model":"toy","stream":true,"max_tokens":16,"seed":3,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"Tell me about tracing a serving stack."}]}`
+
+// sbsTokens is the content chunks each request must get.
+const sbsTokens = 16
+
+// streamOnce sends one streamed chat completion to base and returns its
+// time to first content chunk, checking the stream is whole.
+func streamOnce(client *http.Client, base string) (time.Duration, error) {
+	start := time.Now()
+	resp, err := client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(sbsBody))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	r := bufio.NewReader(resp.Body)
+	var ttft time.Duration
+	chunks, done := 0, false
+	for {
+		line, err := r.ReadSlice('\n')
+		if bytes.HasPrefix(line, []byte("data: ")) {
+			switch {
+			case bytes.HasPrefix(line, []byte("data: [DONE]")):
+				done = true
+			case bytes.Contains(line, []byte(`"content":"`)) && !bytes.Contains(line, []byte(`"content":""`)):
+				if chunks == 0 {
+					ttft = time.Since(start)
+				}
+				chunks++
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if chunks != sbsTokens || !done {
+		return 0, fmt.Errorf("%d content chunks, [DONE] %v; want %d and [DONE]", chunks, done, sbsTokens)
+	}
+	return ttft, nil
+}
+
+// sbsMode is one way to reach the upstream, with what it measured.
+type sbsMode struct {
+	name   string
+	base   string
+	proc   *sbsProcess // nil: direct
+	client *http.Client
+
+	ttft       []time.Duration // every measured request's
+	roundP50   []float64       // µs, per round
+	roundCPU   []float64       // µs of the proxy's CPU per request, per round
+	roundAlloc []float64       // allocations per request, per round
+	roundBytes []float64       // bytes allocated per request, per round
+	roundSw    []float64       // context switches per request, per round
+}
+
+// round sends n requests one after the other and records them.
+func (m *sbsMode) round(b *testing.B, n int, measure bool) {
+	b.Helper()
+	var before sbsCounters
+	if m.proc != nil && measure {
+		before = m.proc.sample(b)
+	}
+	ttfts := make([]time.Duration, 0, n)
+	for range n {
+		ttft, err := streamOnce(m.client, m.base)
+		if err != nil {
+			b.Fatalf("%s: %v", m.name, err)
+		}
+		ttfts = append(ttfts, ttft)
+	}
+	if !measure {
+		return
+	}
+	m.ttft = append(m.ttft, ttfts...)
+	m.roundP50 = append(m.roundP50, us(percentile(ttfts, 50)))
+	if m.proc != nil {
+		d := m.proc.sample(b).sub(before)
+		m.roundCPU = append(m.roundCPU, float64(d.cpu)/1e3/float64(n))
+		m.roundAlloc = append(m.roundAlloc, float64(d.mallocs)/float64(n))
+		m.roundBytes = append(m.roundBytes, float64(d.bytes)/float64(n))
+		m.roundSw = append(m.roundSw, float64(d.switches)/float64(n))
+	}
+}
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p / 100)
+	return s[i]
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// sbsRound is how many requests each mode sends before the next takes
+// over: short enough that all three see the same machine.
+const sbsRound = 50
+
+// BenchmarkSideBySide: b.N streamed requests through each of direct,
+// reverseproxy and llmtrace, in alternating rounds. Reported: each mode's
+// TTFT p50 (median of the rounds' p50) and p99 (over all requests), each
+// proxy's CPU time, allocations and bytes per request (medians of the
+// rounds), and the ratios of llmtrace to reverseproxy. export=otlp has the
+// llmtrace proxy export traces and metrics over OTLP/HTTP to a receiver in
+// the benchmark's process; export=off runs it with OTEL_SDK_DISABLED=true.
+func BenchmarkSideBySide(b *testing.B) {
+	for _, export := range []string{"otlp", "off"} {
+		b.Run("export="+export, func(b *testing.B) { sideBySide(b, export) })
+	}
+}
+
+func sideBySide(b *testing.B, export string) {
+	upstream := httptest.NewServer(toyserver.New(toyserver.Config{
+		Models: []string{"toy"}, Slots: 64, TokenDelay: time.Millisecond,
+		PrefillBase: time.Millisecond, PrefillPerToken: time.Microsecond, Jitter: -1,
+	}))
+	defer upstream.Close()
+	rec := &otlpReceiver{}
+	receiver := httptest.NewServer(rec)
+	defer receiver.Close()
+	env := []string{"OTEL_SDK_DISABLED=true"}
+	if export == "otlp" {
+		env = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + receiver.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+			"OTEL_METRIC_EXPORT_INTERVAL=1000"}
+	}
+	lenv := env
+	if path := os.Getenv(sbsProfileEnv); path != "" {
+		lenv = append(slices.Clone(env), sbsProfileEnv+"="+path+"."+export)
+	}
+	if path := os.Getenv("OPENAIHTTP_SBS_MEMPROFILE"); path != "" {
+		lenv = append(slices.Clone(lenv), "OPENAIHTTP_SBS_MEMPROFILE="+path)
+	}
+	var rpenv []string
+	if path := os.Getenv(sbsProfileEnv); path != "" {
+		rpenv = []string{sbsProfileEnv + "=" + path + "." + export + ".rp"}
+	}
+	rp := startSBSProcess(b, "reverseproxy", upstream.URL, rpenv)
+	ours := startSBSProcess(b, "llmtrace", upstream.URL, lenv)
+	newClient := func() *http.Client {
+		return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	}
+	modes := []*sbsMode{
+		{name: "direct", base: upstream.URL, client: newClient()},
+		{name: "reverseproxy", base: "http://" + rp.addr, proc: rp, client: newClient()},
+		{name: "llmtrace", base: "http://" + ours.addr, proc: ours, client: newClient()},
+	}
+	// Warm up: connections open, caches and the GC's pacing settled.
+	for _, m := range modes {
+		m.round(b, min(b.N, 10), false)
+	}
+	b.ResetTimer()
+	for r, left := 0, b.N; left > 0; r++ {
+		n := min(left, sbsRound)
+		for i := range modes {
+			modes[(r+i)%len(modes)].round(b, n, true) // each mode goes first in turn
+		}
+		left -= n
+	}
+	b.StopTimer()
+	for _, m := range modes {
+		m.client.CloseIdleConnections()
+	}
+	rp.stop(b)
+	ours.stop(b)
+	if export == "otlp" && rec.spans.Load() < int64(b.N) {
+		b.Fatalf("the receiver got %d spans for %d requests", rec.spans.Load(), b.N)
+	}
+	sbsReport(b, modes, rec)
+}
+
+func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
+	direct, rp, ours := modes[0], modes[1], modes[2]
+	for _, m := range modes {
+		b.ReportMetric(median(m.roundP50), m.name+"-ttft-p50-us")
+		b.ReportMetric(us(percentile(m.ttft, 99)), m.name+"-ttft-p99-us")
+	}
+	for _, m := range modes[1:] {
+		b.ReportMetric(median(m.roundCPU), m.name+"-cpu-us/req")
+		b.ReportMetric(median(m.roundAlloc), m.name+"-allocs/req")
+	}
+	b.ReportMetric(median(ours.roundCPU)/median(rp.roundCPU), "cpu-ratio")
+	b.ReportMetric(median(ours.roundP50)-median(rp.roundP50), "ttft-p50-delta-us")
+	b.ReportMetric(us(percentile(ours.ttft, 99)-percentile(rp.ttft, 99)), "ttft-p99-delta-us")
+	var load string
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		load = strings.Join(strings.Fields(string(la))[:3], " ")
+	}
+	b.Logf("%d requests per mode in rounds of %d; load average %s; spans exported %d, metric exports %d",
+		len(direct.ttft), sbsRound, load, rec.spans.Load(), rec.metricExports.Load())
+	b.Logf("%-13s %12s %12s %12s %12s %12s %12s", "mode", "ttft p50 µs", "ttft p99 µs", "cpu µs/req", "allocs/req", "bytes/req", "switches/req")
+	for _, m := range modes {
+		cpu, allocs, bytes, sw := "-", "-", "-", "-"
+		if m.proc != nil {
+			cpu = fmt.Sprintf("%.0f", median(m.roundCPU))
+			allocs = fmt.Sprintf("%.0f", median(m.roundAlloc))
+			bytes = fmt.Sprintf("%.0f", median(m.roundBytes))
+			sw = fmt.Sprintf("%.1f", median(m.roundSw))
+		}
+		b.Logf("%-13s %12.0f %12.0f %12s %12s %12s %12s", m.name, median(m.roundP50), us(percentile(m.ttft, 99)), cpu, allocs, bytes, sw)
+	}
+}
