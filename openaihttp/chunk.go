@@ -77,11 +77,15 @@ type detailsJSON struct {
 	CachedTokens *int64 `json:"cached_tokens"`
 }
 
-// reset readies c for the next event, keeping the choices' storage.
+// reset readies c for the next event, keeping the choices' storage. It
+// zeroes what the last event used, not the whole of c: it runs per event.
 func (c *chunkJSON) reset() {
 	ch := c.Choices[:cap(c.Choices)]
 	clear(ch) // encoding/json decodes into reused elements without zeroing them
-	*c = chunkJSON{Choices: ch[:0]}
+	c.ID, c.Model, c.Object, c.Type, c.Status = nil, nil, nil, nil, nil
+	c.Delta, c.Error = rawAbsent, rawAbsent
+	c.Choices, c.Usage, c.Response, c.IncompleteDetails = ch[:0], nil, nil, nil
+	c.store.reset()
 }
 
 // rawJSON is a JSON value kept only to ask whether it has content.

@@ -33,6 +33,18 @@ type chunkStore struct {
 	nDetails int8
 	nReasons int8
 	nInts    int8
+	usedResp bool
+}
+
+// reset zeroes what the last event used.
+func (st *chunkStore) reset() {
+	clear(st.usage[:st.nUsage])
+	clear(st.details[:st.nDetails])
+	clear(st.reasons[:st.nReasons])
+	if st.usedResp {
+		st.response = responseJSON{}
+	}
+	st.nUsage, st.nDetails, st.nReasons, st.nInts, st.usedResp = 0, 0, 0, 0, false
 }
 
 // maxScanDepth bounds the nesting the scanner follows; deeper input goes
@@ -117,7 +129,7 @@ func (p *chunkParser) chunk(c *chunkJSON) bool {
 			p.skip()
 		}
 	}
-	if p.peek() != 0 {
+	if p.peek(); p.i != len(p.b) {
 		p.fail() // something after the object
 	}
 	return !p.bad
@@ -385,6 +397,7 @@ func (p *chunkParser) response(st *chunkStore) *responseJSON {
 		return nil
 	}
 	r := &st.response
+	st.usedResp = true
 	var seen uint16
 	for n := 0; !p.bad; n++ {
 		key, ok := p.key(n)

@@ -47,10 +47,17 @@ var chunkSeeds = []string{
 	`[{"choices":[]}]`, `null`, `"x"`, `5`, ``, ` `,
 	strings.Repeat(`{"a":`, 70) + `1` + strings.Repeat(`}`, 70),
 	// Invalid JSON.
-	`{"id":"a",}`, `{"id":"a"`, `{"id":"a"}x`, `{"id":"a"}{}`, `{"id":'a'}`, `{"choices":[,]}`, `{"choices":[{},]}`,
+	`{"id":"a",}`, `{"id":"a"`, `{"id":"a"}x`, "{}\x00", `{"id":"a"}{}`, `{"id":'a'}`, `{"choices":[,]}`, `{"choices":[{},]}`,
 	`{"x":[1,]}`, `{"x":01}`, `{"x":-}`, `{"x":1.}`, `{"x":.5}`, `{"x":1e}`, `{"x":tru}`, `{"x":"\x01"}`, `{"x":"\q"}`,
 	`{"x":"\u12"}`, `{"x":"a` + "\xff\xfe" + `"}`, `{id:1}`, `{"a" 1}`, `{"a":1 "b":2}`,
 }
+
+// richChunk uses every part of a chunk's store.
+const richChunk = `{"id":"a","model":"m","object":"response","type":"t","status":"incomplete","delta":"d","error":{},` +
+	`"choices":[{"delta":{"content":"x","tool_calls":[]},"message":{"refusal":"r"},"text":"t","finish_reason":"stop"},{"text":""}],` +
+	`"usage":{"prompt_tokens":1,"completion_tokens":2,"input_tokens":3,"output_tokens":4,"prompt_tokens_details":{"cached_tokens":5},"input_tokens_details":{"cached_tokens":6}},` +
+	`"incomplete_details":{"reason":"x"},"response":{"id":"r","model":"m","status":"failed","incomplete_details":{"reason":"y"},` +
+	`"usage":{"prompt_tokens":7,"completion_tokens":8,"prompt_tokens_details":{"cached_tokens":9},"input_tokens_details":{"cached_tokens":10}}}}`
 
 // FuzzChunkDecode holds the scanner to encoding/json: whenever it decodes
 // an event itself, json.Unmarshal accepts the event too and fills the same
@@ -73,7 +80,11 @@ func FuzzChunkDecode(f *testing.F) {
 		if scanned && !reflect.DeepEqual(chunkView(&fast), chunkView(&slow)) {
 			t.Fatalf("%q\nscanner       %+v\nencoding/json %+v", data, chunkView(&fast), chunkView(&slow))
 		}
+		// decode as a stream does: into the chunk the last event used.
 		var c chunkJSON
+		if !c.decode([]byte(richChunk)) {
+			t.Fatal("the rich chunk did not decode")
+		}
 		if ok := c.decode(data); ok != (err == nil) || ok && !reflect.DeepEqual(chunkView(&c), chunkView(&slow)) {
 			t.Fatalf("decode(%q) = %v, %+v; encoding/json: %v, %+v", data, ok, chunkView(&c), err, chunkView(&slow))
 		}

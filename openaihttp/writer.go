@@ -20,6 +20,7 @@ type respWriter struct {
 	// proxy's ReverseProxy flushes after each write anyway, and this way
 	// the client is not kept waiting while the layer reads the bytes.
 	flushEach bool
+	flushed   bool // with flushEach: nothing written since the last flush
 	headed    bool // a final status has been seen
 }
 
@@ -41,14 +42,16 @@ func (w *respWriter) header(code int) {
 
 func (w *respWriter) WriteHeader(code int) {
 	w.header(code)
+	w.flushed = false
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *respWriter) Write(p []byte) (int, error) {
 	w.header(http.StatusOK)
 	n, err := w.ResponseWriter.Write(p)
+	w.flushed = false
 	if w.flushEach && err == nil {
-		_ = http.NewResponseController(w.ResponseWriter).Flush()
+		w.flushed = http.NewResponseController(w.ResponseWriter).Flush() == nil
 	}
 	w.ex.wrote(time.Now(), p[:n], err)
 	return n, err
@@ -58,7 +61,11 @@ func (w *respWriter) Write(p []byte) (int, error) {
 // so that wrappers between us and the connection are honoured.
 func (w *respWriter) Flush() {
 	w.header(http.StatusOK)
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
+	if w.flushed {
+		return // Write flushed, and nothing was written since
+	}
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	w.flushed = w.flushEach && err == nil
 }
 
 // Unwrap lets http.ResponseController reach the connection.
