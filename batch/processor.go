@@ -27,7 +27,9 @@ const ScopeName = "github.com/llmtrace/llmtrace/batch"
 type Processor struct {
 	exp     sdktrace.SpanExporter
 	cfg     config
-	queue   chan sdktrace.ReadOnlySpan
+	queue   chan queued
+	queuedB atomic.Int64  // the estimated bytes of the spans in queue
+	full    chan struct{} // a batch's worth is queued: wake the export goroutine
 	flushCh chan chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
@@ -62,7 +64,8 @@ func NewProcessor(exp sdktrace.SpanExporter, opts ...Option) *Processor {
 	p := &Processor{
 		exp:     exp,
 		cfg:     c,
-		queue:   make(chan sdktrace.ReadOnlySpan, c.queueSize),
+		queue:   make(chan queued, c.queueSize),
+		full:    make(chan struct{}, 1),
 		flushCh: make(chan chan struct{}),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
@@ -79,8 +82,19 @@ func NewProcessor(exp sdktrace.SpanExporter, opts ...Option) *Processor {
 // OnStart does nothing.
 func (p *Processor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
+// queued is a span waiting for the export goroutine, with its estimated
+// size.
+type queued struct {
+	s    sdktrace.ReadOnlySpan
+	size int
+}
+
 // OnEnd enqueues s without blocking; a full queue, or a processor shut
 // down, drops it and counts it.
+//
+// The export goroutine is not woken per span — a wake-up is a thread
+// handoff, two context switches, dearer than the span — but once a batch's
+// worth (spans or bytes) is queued, or the batch timeout passes.
 func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() {
 		return
@@ -89,8 +103,15 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 	// one whose count it does not see either (see settle).
 	p.nProduced.Add(1)
 	if !p.closed.Load() {
+		q := queued{s, approxSize(s)}
 		select {
-		case p.queue <- s:
+		case p.queue <- q:
+			if p.queuedB.Add(int64(q.size)) >= int64(p.cfg.batchBytes) || len(p.queue) >= p.cfg.batchSize {
+				select {
+				case p.full <- struct{}{}:
+				default: // already signalled
+				}
+			}
 			return
 		default:
 		}
@@ -140,9 +161,10 @@ func (p *Processor) run() {
 		default:
 		}
 		select {
-		case s := <-p.queue:
-			b.add(s)
+		case <-p.full:
+			b.take()
 		case <-tick.C:
+			b.take()
 			b.export()
 			tick.Reset(p.cfg.delay)
 		case ack := <-p.flushCh:
@@ -163,8 +185,9 @@ type batcher struct {
 	failing bool
 }
 
-func (b *batcher) add(s sdktrace.ReadOnlySpan) {
-	n := approxSize(s)
+func (b *batcher) add(q queued) {
+	b.p.queuedB.Add(-int64(q.size))
+	s, n := q.s, q.size
 	if len(b.spans) > 0 && b.bytes+n > b.p.cfg.batchBytes {
 		b.export()
 	}
@@ -212,17 +235,23 @@ func attrsSize(kvs []attribute.KeyValue) int {
 	return n
 }
 
-// drain exports everything queued now.
-func (b *batcher) drain() {
+// take adds what is queued now to the batch, exporting each batch that
+// fills.
+func (b *batcher) take() {
 	for {
 		select {
-		case s := <-b.p.queue:
-			b.add(s)
+		case q := <-b.p.queue:
+			b.add(q)
 		default:
-			b.export()
 			return
 		}
 	}
+}
+
+// drain exports everything queued now.
+func (b *batcher) drain() {
+	b.take()
+	b.export()
 }
 
 func (b *batcher) export() {

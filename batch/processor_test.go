@@ -203,3 +203,39 @@ func TestLargeSpanFailsAlone(t *testing.T) {
 		t.Fatalf("produced %d exported %d (receiver %d) dropped %d; want 201, 200, 1", produced, exported, exp.exported.Load(), dropped)
 	}
 }
+
+// TestFullBatchExportsBeforeTheTimeout: the export goroutine, which is not
+// woken per span, is woken once a batch's worth is queued — by count or by
+// estimated size — and exports it without waiting for the batch timeout.
+func TestFullBatchExportsBeforeTheTimeout(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, tc := range []struct {
+		name  string
+		opts  []Option
+		attr  string
+		spans int
+	}{
+		{"count", []Option{WithMaxExportBatchSize(8)}, "", 8},
+		{"bytes", []Option{WithMaxExportBatchSize(1024), WithMaxExportBatchBytes(64 << 10)}, strings.Repeat("x", 20<<10), 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp := &fakeExporter{}
+			bp := NewProcessor(exp, append(tc.opts, WithBatchTimeout(time.Hour))...)
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(bp))
+			defer func() { _ = tp.Shutdown(context.Background()) }()
+			tr := tp.Tracer("t")
+			for range tc.spans {
+				_, s := tr.Start(context.Background(), "span")
+				s.SetAttributes(attribute.String("a", tc.attr))
+				s.End()
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for exp.got.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("a full batch waited for the batch timeout")
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+}
