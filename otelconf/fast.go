@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -28,6 +29,19 @@ func (p *Providers) TrackerOptions() []otelstats.Option {
 		opts = append(opts, otelstats.WithSpanProcessor(p.procs), otelstats.WithResource(p.resource))
 	}
 	return opts
+}
+
+// SpanExport is where spans that bypass the Tracer go — every span
+// processor of TracerProvider, and its resource — for a layer that builds
+// finished spans as the tracker does (openaihttp.WithSpanProcessor and
+// WithResource). ok is false when OTEL_TRACES_SAMPLER asks for a sampler
+// other than the default, which only the Tracer consults: such spans
+// should then go through the Tracer, as TrackerOptions has the tracker's.
+func (p *Providers) SpanExport() (sp sdktrace.SpanProcessor, res *resource.Resource, ok bool) {
+	if !p.direct {
+		return nil, nil, false
+	}
+	return p.procs, p.resource, true
 }
 
 // defaultSampler reports whether OTEL_TRACES_SAMPLER leaves the SDK's

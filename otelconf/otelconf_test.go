@@ -707,6 +707,15 @@ func TestTrackerOptions(t *testing.T) {
 			if len(ended) != tc.wantSpans {
 				t.Fatalf("%d spans reached the processor, want %d", len(ended), tc.wantSpans)
 			}
+			// SpanExport hands out the same path, or none.
+			if sp, res, ok := p.SpanExport(); ok != tc.direct || ok && (sp == nil || res != p.resource) {
+				t.Errorf("SpanExport: %v, %v, %v; want the processors and resource: %v", sp, res, ok, tc.direct)
+			} else if ok {
+				sp.OnEnd(ended[0])
+				if n := len(rec.Ended()); n != len(ended)+1 {
+					t.Errorf("a span handed to SpanExport's processor: %d spans, want %d", n, len(ended)+1)
+				}
+			}
 			for _, s := range ended {
 				if v, _ := s.Resource().Set().Value("service.name"); v.AsString() != "setup-test" {
 					t.Errorf("span %s: service.name %q", s.Name(), v.AsString())
