@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -88,10 +86,32 @@ func NewProxy(upstream *url.URL, t *otelstats.Tracker, opts ...Option) (*Proxy, 
 		Rewrite:       p.rewrite,
 		Transport:     upstreamTransport{p.transport},
 		FlushInterval: -1, // every write reaches the client at once
+		BufferPool:    copyBuffers{},
 		ErrorHandler:  p.upstreamFailed,
 		ErrorLog:      log.New(io.Discard, "", 0),
 	}
 	return p, nil
+}
+
+// copyBufferSize is ReverseProxy's own copy buffer's size.
+const copyBufferSize = 32 << 10
+
+// copyPool holds the buffers responses are copied through: ReverseProxy
+// would allocate 32 KiB per request, most of what a proxied stream
+// allocates, and so most of its garbage collection.
+var copyPool = sync.Pool{New: func() any { return new([copyBufferSize]byte) }}
+
+// copyBuffers is the proxy's httputil.BufferPool.
+type copyBuffers struct{}
+
+var _ httputil.BufferPool = copyBuffers{}
+
+func (copyBuffers) Get() []byte { return copyPool.Get().(*[copyBufferSize]byte)[:] }
+
+func (copyBuffers) Put(b []byte) {
+	if cap(b) == copyBufferSize {
+		copyPool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
+	}
 }
 
 // CloseIdleConnections closes the idle connections to the upstream.
@@ -492,136 +512,6 @@ func (c *call) finished(s *otelstats.RequestStats) {
 		return // dropped, or ended by the tracker while still being served
 	}
 	c.emit()
-}
-
-// The span kinds' start options, boxed once.
-var (
-	kindClient   = trace.WithSpanKind(trace.SpanKindClient)
-	kindInternal = trace.WithSpanKind(trace.SpanKindInternal)
-)
-
-// emit starts and ends the proxy's spans as children of the request's
-// root, with explicit times inside it.
-func (c *call) emit() {
-	ex := c.ex
-	tracer := c.p.cfg.tracer
-	root := trace.ContextWithSpanContext(context.Background(), ex.q.SpanContext())
-	lo, hi := ex.arrived, maxTime(ex.end, ex.arrived)
-	in := func(t time.Time) time.Time { return minTime(maxTime(t, lo), hi) }
-	sent := in(c.sent)
-	if c.sent.IsZero() {
-		sent = in(ex.parsedAt)
-	}
-	errType := c.clientErrorType()
-	if !c.sent.IsZero() {
-		end := c.bodyEnd
-		if end.IsZero() {
-			end = hi
-		}
-		ctx := spans.ContextWithIDs(root, c.traceID, c.clientSpan)
-		_, s := tracer.Start(ctx, http.MethodPost, kindClient, trace.WithTimestamp(sent),
-			trace.WithAttributes(c.clientAttrs(errType)...))
-		if errType != "" {
-			s.SetStatus(codes.Error, errType)
-		}
-		s.End(trace.WithTimestamp(in(end)))
-	}
-	if !ex.firstContent.IsZero() && ex.mode == modeSSE {
-		c.emitStream(root, in, errType)
-	}
-	// llm.proxy.wait_first_token ends last: whoever sees it (a test) has
-	// all of the proxy's spans.
-	waitEnd := ex.firstContent
-	if waitEnd.IsZero() && ex.mode != modeSSE {
-		waitEnd = ex.firstWrite // a response in one piece: its first byte
-	}
-	if waitEnd.IsZero() {
-		waitEnd = hi
-	}
-	waitEnd = maxTime(in(waitEnd), sent)
-	attrs := []attribute.KeyValue{attributes.ServerAddress.String(c.p.host), attributes.ServerPort.Int(c.p.port)}
-	if ex.status != 0 {
-		attrs = append(attrs, attributes.HTTPStatusCode.Int(ex.status))
-	}
-	if !c.respAt.IsZero() {
-		attrs = append(attrs, AttrHeadersAfter.Float64(c.respAt.Sub(c.sent).Seconds()))
-	}
-	_, w := tracer.Start(root, SpanWaitFirstToken, kindInternal, trace.WithTimestamp(sent), trace.WithAttributes(attrs...))
-	if !c.respAt.IsZero() {
-		w.AddEvent(EventHeaders, trace.WithTimestamp(minTime(maxTime(c.respAt, sent), waitEnd)))
-	}
-	if ex.firstContent.IsZero() && errType != "" {
-		w.SetAttributes(attributes.ErrorType.String(errType))
-		w.SetStatus(codes.Error, errType)
-	}
-	w.End(trace.WithTimestamp(waitEnd))
-}
-
-// emitStream emits llm.proxy.stream: the first content chunk to the last
-// byte delivered, with the stream's gaps and stalls.
-func (c *call) emitStream(root context.Context, in func(time.Time) time.Time, errType string) {
-	ex := c.ex
-	first := in(ex.firstContent)
-	end := maxTime(in(maxTime(ex.lastWrite, ex.lastContent)), first)
-	d := ex.stall
-	attrs := []attribute.KeyValue{
-		AttrChunks.Int(ex.events), AttrContentChunks.Int(ex.chunks), AttrStalls.Int(d.count),
-		AttrGapMax.Float64(d.max.Seconds()),
-	}
-	if med, ok := d.anyMedian(); ok {
-		attrs = append(attrs, AttrGapMedian.Float64(med.Seconds()))
-	}
-	if ex.obs.cached >= 0 {
-		attrs = append(attrs, attributes.UsageCacheReadInput.Int64(ex.obs.cached))
-	}
-	_, s := c.p.cfg.tracer.Start(root, SpanStream, kindInternal, trace.WithTimestamp(first), trace.WithAttributes(attrs...))
-	d.addEvents(s)
-	if errType != "" {
-		s.SetAttributes(attributes.ErrorType.String(errType))
-		s.SetStatus(codes.Error, errType)
-	}
-	s.End(trace.WithTimestamp(end))
-}
-
-// clientAttrs are the HTTP conventions' attributes of the upstream call.
-func (c *call) clientAttrs(errType string) []attribute.KeyValue {
-	a := make([]attribute.KeyValue, 0, 9)
-	a = append(a, attributes.HTTPRequestMethod.String(http.MethodPost),
-		attributes.ServerAddress.String(c.p.host), attributes.ServerPort.Int(c.p.port),
-		attributes.URLFull.String(c.p.urlFull(c.r.URL.Path)))
-	if c.upStatus != 0 {
-		a = append(a, attributes.HTTPStatusCode.Int(c.upStatus))
-	}
-	if c.upProto != "" {
-		a = append(a, attributes.NetworkProtocolName.String("http"), attributes.NetworkProtocolVersion.String(c.upProto))
-	}
-	if errType != "" {
-		a = append(a, attributes.ErrorType.String(errType))
-	}
-	return a
-}
-
-// maxURLs bounds the upstream URLs a Proxy keeps built: one per traced
-// path (routes are configured, so there are few).
-const maxURLs = 64
-
-// urlFull is url.full of the upstream call for a client's path: built
-// once per path, capped at 2,048 bytes (the cut counted each time).
-func (p *Proxy) urlFull(path string) string {
-	p.mu.Lock()
-	full, ok := p.urls[path]
-	p.mu.Unlock()
-	if !ok {
-		u := *p.up
-		u.Path, u.RawPath, u.RawQuery, u.User = upstreamPath(p.up.Path, path), "", "", nil
-		full = u.String()
-		p.mu.Lock()
-		if len(p.urls) < maxURLs {
-			p.urls[path] = full
-		}
-		p.mu.Unlock()
-	}
-	return p.cfg.capped(full, 2048, attributes.URLFull)
 }
 
 // timeoutBody notes whether reading a client's body hit a deadline.

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -54,6 +55,9 @@ const (
 	// llmtrace proxy process write a CPU profile to this path (suffixed
 	// with the sub-benchmark), for `go tool pprof`.
 	sbsProfileEnv = "OPENAIHTTP_SBS_CPUPROFILE"
+	// sbsEnvEnv adds comma-separated VAR=value settings to the llmtrace
+	// proxy's environment in export=otlp (e.g. OTEL_METRICS_EXPORTER=none).
+	sbsEnvEnv = "OPENAIHTTP_SBS_ENV"
 )
 
 func init() { benchChild = sbsChild }
@@ -109,8 +113,12 @@ func sbsServe(mode, upstream string) error {
 		if err != nil {
 			return err
 		}
-		p, err := openaihttp.NewProxy(up, tracker, openaihttp.WithTracerProvider(prov.TracerProvider),
-			openaihttp.WithMeterProvider(prov.MeterProvider), openaihttp.WithTransport(transport))
+		opts := []openaihttp.Option{openaihttp.WithTracerProvider(prov.TracerProvider),
+			openaihttp.WithMeterProvider(prov.MeterProvider), openaihttp.WithTransport(transport)}
+		if sp, res, ok := prov.SpanExport(); ok {
+			opts = append(opts, openaihttp.WithSpanProcessor(sp), openaihttp.WithResource(res))
+		}
+		p, err := openaihttp.NewProxy(up, tracker, opts...)
 		if err != nil {
 			return err
 		}
@@ -126,19 +134,10 @@ func sbsServe(mode, upstream string) error {
 		if err != nil {
 			return err
 		}
-		runtime.SetCPUProfileRate(1000)
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
-	}
-	if path := os.Getenv("OPENAIHTTP_SBS_MEMPROFILE"); path != "" && mode == "llmtrace" {
-		runtime.MemProfileRate = 1
-		defer func() {
-			f, _ := os.Create(path)
-			_ = pprof.Lookup("allocs").WriteTo(f, 0)
-			_ = f.Close()
-		}()
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -355,10 +354,11 @@ func streamOnce(client *http.Client, base string) (time.Duration, error) {
 
 // sbsMode is one way to reach the upstream, with what it measured.
 type sbsMode struct {
-	name   string
-	base   string
-	proc   *sbsProcess // nil: direct
-	client *http.Client
+	name    string
+	base    string
+	proc    *sbsProcess // nil: direct
+	client  *http.Client
+	streams int // requests at once
 
 	ttft       []time.Duration // every measured request's
 	roundP50   []float64       // µs, per round
@@ -375,13 +375,9 @@ func (m *sbsMode) round(b *testing.B, n int, measure bool) {
 	if m.proc != nil && measure {
 		before = m.proc.sample(b)
 	}
-	ttfts := make([]time.Duration, 0, n)
-	for range n {
-		ttft, err := streamOnce(m.client, m.base)
-		if err != nil {
-			b.Fatalf("%s: %v", m.name, err)
-		}
-		ttfts = append(ttfts, ttft)
+	ttfts, err := streams(m.client, m.base, n, m.streams)
+	if err != nil {
+		b.Fatalf("%s: %v", m.name, err)
 	}
 	if !measure {
 		return
@@ -395,6 +391,35 @@ func (m *sbsMode) round(b *testing.B, n int, measure bool) {
 		m.roundBytes = append(m.roundBytes, float64(d.bytes)/float64(n))
 		m.roundSw = append(m.roundSw, float64(d.switches)/float64(n))
 	}
+}
+
+// streams sends n requests, k at a time, and returns their TTFTs.
+func streams(client *http.Client, base string, n, k int) ([]time.Duration, error) {
+	var (
+		mu    sync.Mutex
+		ttfts = make([]time.Duration, 0, n)
+		first error
+		next  atomic.Int64
+		wg    sync.WaitGroup
+	)
+	for range min(k, n) {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				ttft, err := streamOnce(client, base)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				ttfts = append(ttfts, ttft)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ttfts, first
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
@@ -416,24 +441,32 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// sbsRound is how many requests each mode sends before the next takes
-// over: short enough that all three see the same machine.
-const sbsRound = 50
+// sbsRound is how many requests per stream each mode sends before the
+// next takes over: short enough that all three see the same machine.
+const sbsRound = 25
 
 // BenchmarkSideBySide: b.N streamed requests through each of direct,
-// reverseproxy and llmtrace, in alternating rounds. Reported: each mode's
-// TTFT p50 (median of the rounds' p50) and p99 (over all requests), each
-// proxy's CPU time, allocations and bytes per request (medians of the
-// rounds), and the ratios of llmtrace to reverseproxy. export=otlp has the
-// llmtrace proxy export traces and metrics over OTLP/HTTP to a receiver in
-// the benchmark's process; export=off runs it with OTEL_SDK_DISABLED=true.
+// reverseproxy and llmtrace, in alternating rounds (each mode first in
+// turn). streams=1 sends them one at a time, for the latency a proxy adds;
+// streams=4 keeps four open at once, as an engine's batch does (one
+// stream at a time, a proxy's CPU goes mostly to waking up). export=otlp
+// has the llmtrace proxy export traces and metrics over OTLP/HTTP to a
+// receiver in the benchmark's process (metrics every second);
+// export=off runs it with OTEL_SDK_DISABLED=true. Reported: each mode's
+// TTFT p50 (median of the rounds') and p99 (over all requests), each
+// proxy's CPU time, allocations, bytes and context switches per request
+// (medians of the rounds), and the ratios of llmtrace to reverseproxy.
+// The benchmark fails if a stream is not whole or, exporting, the
+// receiver got fewer spans than requests.
 func BenchmarkSideBySide(b *testing.B) {
-	for _, export := range []string{"otlp", "off"} {
-		b.Run("export="+export, func(b *testing.B) { sideBySide(b, export) })
+	for _, streams := range []int{1, 4} {
+		for _, export := range []string{"otlp", "off"} {
+			b.Run(fmt.Sprintf("streams=%d/export=%s", streams, export), func(b *testing.B) { sideBySide(b, streams, export) })
+		}
 	}
 }
 
-func sideBySide(b *testing.B, export string) {
+func sideBySide(b *testing.B, streams int, export string) {
 	upstream := httptest.NewServer(toyserver.New(toyserver.Config{
 		Models: []string{"toy"}, Slots: 64, TokenDelay: time.Millisecond,
 		PrefillBase: time.Millisecond, PrefillPerToken: time.Microsecond, Jitter: -1,
@@ -442,41 +475,25 @@ func sideBySide(b *testing.B, export string) {
 	rec := &otlpReceiver{}
 	receiver := httptest.NewServer(rec)
 	defer receiver.Close()
-	env := []string{"OTEL_SDK_DISABLED=true"}
-	if export == "otlp" {
-		env = []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + receiver.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
-			"OTEL_METRIC_EXPORT_INTERVAL=1000"}
-	}
-	lenv := env
-	if path := os.Getenv(sbsProfileEnv); path != "" {
-		lenv = append(slices.Clone(env), sbsProfileEnv+"="+path+"."+export)
-	}
-	if path := os.Getenv("OPENAIHTTP_SBS_MEMPROFILE"); path != "" {
-		lenv = append(slices.Clone(lenv), "OPENAIHTTP_SBS_MEMPROFILE="+path)
-	}
-	var rpenv []string
-	if path := os.Getenv(sbsProfileEnv); path != "" {
-		rpenv = []string{sbsProfileEnv + "=" + path + "." + export + ".rp"}
-	}
-	rp := startSBSProcess(b, "reverseproxy", upstream.URL, rpenv)
-	ours := startSBSProcess(b, "llmtrace", upstream.URL, lenv)
+	rp := startSBSProcess(b, "reverseproxy", upstream.URL, sbsChildEnv("reverseproxy", export, receiver.URL))
+	ours := startSBSProcess(b, "llmtrace", upstream.URL, sbsChildEnv("llmtrace", export, receiver.URL))
 	newClient := func() *http.Client {
-		return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+		return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: streams, DisableCompression: true}}
 	}
 	modes := []*sbsMode{
-		{name: "direct", base: upstream.URL, client: newClient()},
-		{name: "reverseproxy", base: "http://" + rp.addr, proc: rp, client: newClient()},
-		{name: "llmtrace", base: "http://" + ours.addr, proc: ours, client: newClient()},
+		{name: "direct", base: upstream.URL, client: newClient(), streams: streams},
+		{name: "reverseproxy", base: "http://" + rp.addr, proc: rp, client: newClient(), streams: streams},
+		{name: "llmtrace", base: "http://" + ours.addr, proc: ours, client: newClient(), streams: streams},
 	}
 	// Warm up: connections open, caches and the GC's pacing settled.
 	for _, m := range modes {
-		m.round(b, min(b.N, 10), false)
+		m.round(b, min(b.N, 100), false)
 	}
 	b.ResetTimer()
 	for r, left := 0, b.N; left > 0; r++ {
-		n := min(left, sbsRound)
+		n := min(left, sbsRound*streams)
 		for i := range modes {
-			modes[(r+i)%len(modes)].round(b, n, true) // each mode goes first in turn
+			modes[(r+i)%len(modes)].round(b, n, true)
 		}
 		left -= n
 	}
@@ -486,10 +503,32 @@ func sideBySide(b *testing.B, export string) {
 	}
 	rp.stop(b)
 	ours.stop(b)
-	if export == "otlp" && rec.spans.Load() < int64(b.N) {
+	if export == "otlp" && !strings.Contains(os.Getenv(sbsEnvEnv), "OTEL_TRACES_EXPORTER=none") && rec.spans.Load() < int64(b.N) {
 		b.Fatalf("the receiver got %d spans for %d requests", rec.spans.Load(), b.N)
 	}
 	sbsReport(b, modes, rec)
+}
+
+// sbsChildEnv is a proxy process's environment beside the benchmark's:
+// the export, and the profiles and settings the benchmark's own
+// environment asks for.
+func sbsChildEnv(mode, export, receiver string) []string {
+	var env []string
+	if path := os.Getenv(sbsProfileEnv); path != "" {
+		env = append(env, sbsProfileEnv+"="+path+"."+export+"."+mode)
+	}
+	if mode != "llmtrace" {
+		return env
+	}
+	if export == "off" {
+		return append(env, "OTEL_SDK_DISABLED=true")
+	}
+	env = append(env, "OTEL_EXPORTER_OTLP_ENDPOINT="+receiver, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		"OTEL_METRIC_EXPORT_INTERVAL=1000")
+	if extra := os.Getenv(sbsEnvEnv); extra != "" {
+		env = append(env, strings.Split(extra, ",")...)
+	}
+	return env
 }
 
 func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
@@ -502,24 +541,32 @@ func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
 		b.ReportMetric(median(m.roundCPU), m.name+"-cpu-us/req")
 		b.ReportMetric(median(m.roundAlloc), m.name+"-allocs/req")
 	}
-	b.ReportMetric(median(ours.roundCPU)/median(rp.roundCPU), "cpu-ratio")
+	// The ratio of each round of llmtrace to the reverseproxy round beside
+	// it, their median: steadier than the ratio of medians on a machine
+	// whose speed drifts.
+	ratios := make([]float64, len(ours.roundCPU))
+	for i := range ratios {
+		ratios[i] = ours.roundCPU[i] / rp.roundCPU[i]
+	}
+	b.ReportMetric(median(ratios), "cpu-ratio")
 	b.ReportMetric(median(ours.roundP50)-median(rp.roundP50), "ttft-p50-delta-us")
 	b.ReportMetric(us(percentile(ours.ttft, 99)-percentile(rp.ttft, 99)), "ttft-p99-delta-us")
 	var load string
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		load = strings.Join(strings.Fields(string(la))[:3], " ")
 	}
-	b.Logf("%d requests per mode in rounds of %d; load average %s; spans exported %d, metric exports %d",
-		len(direct.ttft), sbsRound, load, rec.spans.Load(), rec.metricExports.Load())
-	b.Logf("%-13s %12s %12s %12s %12s %12s %12s", "mode", "ttft p50 µs", "ttft p99 µs", "cpu µs/req", "allocs/req", "bytes/req", "switches/req")
+	// Four lines a run: testing keeps ten of a benchmark's, over its runs.
+	b.Logf("%d requests per mode, %d streams at once, rounds of %d; load average %s; spans exported %d, metric exports %d; "+
+		"medians: ttft p50, p99 µs; cpu µs, allocations, bytes, context switches per request",
+		len(direct.ttft), direct.streams, sbsRound*direct.streams, load, rec.spans.Load(), rec.metricExports.Load())
 	for _, m := range modes {
-		cpu, allocs, bytes, sw := "-", "-", "-", "-"
+		line := fmt.Sprintf("%-13s %7.0f %7.0f", m.name, median(m.roundP50), us(percentile(m.ttft, 99)))
 		if m.proc != nil {
-			cpu = fmt.Sprintf("%.0f", median(m.roundCPU))
-			allocs = fmt.Sprintf("%.0f", median(m.roundAlloc))
-			bytes = fmt.Sprintf("%.0f", median(m.roundBytes))
-			sw = fmt.Sprintf("%.1f", median(m.roundSw))
+			line += fmt.Sprintf(" %7.0f %5.0f %7.0f %5.1f", median(m.roundCPU), median(m.roundAlloc), median(m.roundBytes), median(m.roundSw))
+			if os.Getenv("OPENAIHTTP_SBS_ROUNDS") != "" {
+				line += fmt.Sprintf(" rounds %.0f", m.roundCPU)
+			}
 		}
-		b.Logf("%-13s %12.0f %12.0f %12s %12s %12s %12s", m.name, median(m.roundP50), us(percentile(m.ttft, 99)), cpu, allocs, bytes, sw)
+		b.Log(line)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"slices"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/llmtrace/llmtrace/spans"
 )
 
 // StallPolicy says when a gap between two content chunks of a stream is a
@@ -136,13 +138,17 @@ func (d *stallDetector) add(gap time.Duration) (stall bool, median time.Duration
 	return stall, med
 }
 
-// addEvents puts the stall events on s.
-func (d *stallDetector) addEvents(s trace.Span) {
-	for _, e := range d.events {
-		s.AddEvent(EventStall, trace.WithTimestamp(e.at), trace.WithAttributes(
-			AttrStallGap.Float64(e.gap.Seconds()),
-			AttrStallMedian.Float64(e.median.Seconds()),
-			AttrStallChunk.Int(e.chunk),
-		))
+// spanEvents are the stall events of the stream span.
+func (d *stallDetector) spanEvents() []spans.Event {
+	if len(d.events) == 0 {
+		return nil
 	}
+	out := make([]spans.Event, len(d.events))
+	attrs := make([]attribute.KeyValue, 0, 3*len(d.events))
+	for i, e := range d.events {
+		j := len(attrs)
+		attrs = append(attrs, AttrStallGap.Float64(e.gap.Seconds()), AttrStallMedian.Float64(e.median.Seconds()), AttrStallChunk.Int(e.chunk))
+		out[i] = spans.Event{Name: EventStall, Time: e.at.UnixNano(), Attrs: attrs[j:len(attrs):len(attrs)]}
+	}
+	return out
 }

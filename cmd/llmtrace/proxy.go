@@ -237,6 +237,10 @@ func (c *proxyConfig) proxyOptions(prov *otelconf.Providers, t http.RoundTripper
 	if c.public {
 		opts = append(opts, openaihttp.WithPublicEndpoint())
 	}
+	if sp, res, ok := prov.SpanExport(); ok {
+		// The proxy's spans straight to the export, as the tracker's.
+		opts = append(opts, openaihttp.WithSpanProcessor(sp), openaihttp.WithResource(res))
+	}
 	return opts
 }
 
