@@ -24,6 +24,16 @@ const headerLen = len(Magic) + 1
 const (
 	FrameHello  byte = 0x01
 	FrameUpdate byte = 0x02
+	// FramePing carries nothing: an idle producer sends one now and then so
+	// the collector's idle timeout does not close its connection.
+	FramePing byte = 0x03
+)
+
+// Field ids of a HELLO frame, after the producer name; the same id ranges
+// as an UPDATE's fields.
+const (
+	helloSide  byte = 0x01
+	helloToken byte = 0x40
 )
 
 // Field ids of an UPDATE frame. Ids below 0x40 carry a uvarint, ids from
@@ -54,6 +64,9 @@ const DefaultMaxFrame = 64 << 10
 // MaxProducerName bounds a HELLO's producer name.
 const MaxProducerName = 256
 
+// MaxTokenLen bounds the shared token a HELLO may carry.
+const MaxTokenLen = 256
+
 // Errors of DecodeFrame.
 var (
 	// ErrIncomplete: the buffer ends inside the frame; read more.
@@ -66,11 +79,17 @@ var (
 )
 
 // Hello is a producer's clock anchor: its wall clock and monotonic clock
-// read at the same instant.
+// read at the same instant; it may also name the side the producer records
+// for and carry the collector's shared token.
 type Hello struct {
 	Producer string
 	WallNs   int64 // Unix nanoseconds
 	MonoNs   int64 // the producer's monotonic clock, nanoseconds
+	// Side is the side whose updates the producer sends (SideAuto: not
+	// said; the side of each update counts).
+	Side otelstats.Side
+	// Token is the collector's shared token, when it requires one.
+	Token string
 }
 
 // Stamp is an update's time as sent: Unix nanoseconds, or nanoseconds on the
@@ -108,9 +127,19 @@ func AppendHello(dst []byte, h Hello) []byte {
 		name = name[:MaxProducerName]
 	}
 	dst = appendString(dst, name)
+	if h.Side == otelstats.SideFrontend || h.Side == otelstats.SideEngine {
+		dst = append(dst, helloSide, byte(h.Side))
+	}
+	if h.Token != "" && len(h.Token) <= MaxTokenLen {
+		dst = append(dst, helloToken)
+		dst = appendString(dst, h.Token)
+	}
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
 	return dst
 }
+
+// AppendPing appends a PING frame.
+func AppendPing(dst []byte) []byte { return append(dst, 0, 0, 0, 1, FramePing) }
 
 // AppendUpdate appends u as an UPDATE frame stamped with s (u.Time is not
 // read). Fields are written when the kind needs them or they are set.
@@ -280,6 +309,26 @@ func decodeHello(body []byte, h *Hello) error {
 	h.Producer = string(r.bytes("producer", MaxProducerName))
 	if r.err == nil && h.WallNs <= 0 {
 		r.fail("wall_ns must be positive")
+	}
+	for len(r.b) > 0 && r.err == nil {
+		id := r.byte1("field id")
+		switch {
+		case id == 0 || id >= 0x80:
+			r.fail("bad HELLO field id 0x" + strconv.FormatUint(uint64(id), 16))
+		case id < 0x40:
+			v := r.uvarint("field")
+			if id == helloSide && r.err == nil {
+				if v != uint64(otelstats.SideFrontend) && v != uint64(otelstats.SideEngine) {
+					r.fail("side must be 1 (frontend) or 2 (engine)")
+				}
+				h.Side = otelstats.Side(v)
+			}
+		default:
+			s := r.bytes("field", MaxTokenLen)
+			if id == helloToken && r.err == nil {
+				h.Token = string(s)
+			}
+		}
 	}
 	return r.err
 }

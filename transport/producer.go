@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -23,6 +24,7 @@ const (
 	DefaultMinBackoff     = 20 * time.Millisecond
 	DefaultMaxBackoff     = 2 * time.Second
 	DefaultWriteTimeout   = time.Second
+	DefaultPingInterval   = 30 * time.Second
 )
 
 // ProducerConfig configures a Producer.
@@ -46,6 +48,17 @@ type ProducerConfig struct {
 	// anchor and any time without a monotonic reading. For demonstrating and
 	// testing skew between processes; leave it zero.
 	ClockOffset time.Duration
+	// Side is the side whose updates this producer sends, announced in its
+	// HELLO so the collector counts the side as present from the moment it
+	// connects (SPEC §1); SideAuto announces none.
+	Side otelstats.Side
+	// Token is the collector's shared token (its -token-file), sent in
+	// every HELLO; empty when the collector asks for none.
+	Token string
+	// PingInterval is how long the connection may stay silent before the
+	// producer sends a PING, so the collector's idle timeout keeps it open
+	// (default 30 s; negative: never).
+	PingInterval time.Duration
 	// Logger gets connection events; none when nil.
 	Logger *slog.Logger
 }
@@ -107,6 +120,12 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if len(cfg.Token) > MaxTokenLen {
+		return nil, fmt.Errorf("transport: ProducerConfig.Token is longer than %d bytes", MaxTokenLen)
 	}
 	lg := cfg.Logger
 	if lg == nil {
@@ -191,7 +210,8 @@ func (p *Producer) stamp(t time.Time) Stamp {
 // now, and the wall time the producer's one anchor maps it to.
 func (p *Producer) hello() Hello {
 	mono := int64(time.Since(processStart))
-	return Hello{Producer: p.cfg.Name, MonoNs: mono, WallNs: p.anchorWall + (mono - p.anchorMono)}
+	return Hello{Producer: p.cfg.Name, MonoNs: mono, WallNs: p.anchorWall + (mono - p.anchorMono),
+		Side: p.cfg.Side, Token: p.cfg.Token}
 }
 
 func (p *Producer) appendHeader(dst []byte) []byte {
@@ -206,6 +226,16 @@ func (p *Producer) appendHeader(dst []byte) []byte {
 	dst = appendSeconds(dst, h.WallNs)
 	dst = append(dst, `,"mono_ts":`...)
 	dst = appendSeconds(dst, h.MonoNs)
+	if h.Side == otelstats.SideFrontend || h.Side == otelstats.SideEngine {
+		dst = append(dst, `,"side":"`...)
+		dst = append(dst, h.Side.String()...)
+		dst = append(dst, '"')
+	}
+	if h.Token != "" {
+		tok, _ := json.Marshal(h.Token)
+		dst = append(dst, `,"token":`...)
+		dst = append(dst, tok...)
+	}
 	return append(dst, "}\n"...)
 }
 
@@ -266,6 +296,8 @@ func (p *Producer) run() {
 	var buf []byte
 	backoff := p.cfg.MinBackoff
 	stopping := false
+	ping := newPingTimer(p.cfg.PingInterval)
+	defer ping.stop()
 	for {
 		if conn == nil {
 			// Connect eagerly, and send the clock anchor at once: the
@@ -310,6 +342,12 @@ func (p *Producer) run() {
 				continue
 			case <-p.ctx.Done():
 				return
+			case <-ping.C():
+				if !p.ping(conn) {
+					drop()
+				}
+				ping.reset()
+				continue
 			}
 		} else {
 			select {
@@ -335,6 +373,7 @@ func (p *Producer) run() {
 			}
 		}
 		_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+		ping.reset()
 		if _, err := conn.Write(buf); err != nil {
 			p.n.lost.Add(int64(n))
 			p.log.Warn("lost the collector connection", "addr", p.addr.String(), "err", err, "lost_updates", n)
@@ -342,6 +381,56 @@ func (p *Producer) run() {
 			continue
 		}
 		p.n.sent.Add(int64(n))
+	}
+}
+
+// ping writes a PING (an empty line in JSON); false means the connection
+// failed.
+func (p *Producer) ping(conn net.Conn) bool {
+	b := []byte{'\n'}
+	if !p.cfg.JSON {
+		b = AppendPing(nil)
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+	if _, err := conn.Write(b); err != nil {
+		p.log.Warn("lost the collector connection", "addr", p.addr.String(), "err", err)
+		return false
+	}
+	return true
+}
+
+// pingTimer fires after the connection was silent for its interval; a
+// negative interval never fires.
+type pingTimer struct {
+	d time.Duration
+	t *time.Timer
+}
+
+func newPingTimer(d time.Duration) *pingTimer {
+	pt := &pingTimer{d: d}
+	if d > 0 {
+		pt.t = time.NewTimer(d)
+	}
+	return pt
+}
+
+// C is nil (never ready) when pings are off.
+func (pt *pingTimer) C() <-chan time.Time {
+	if pt.t == nil {
+		return nil
+	}
+	return pt.t.C
+}
+
+func (pt *pingTimer) reset() {
+	if pt.t != nil {
+		pt.t.Reset(pt.d)
+	}
+}
+
+func (pt *pingTimer) stop() {
+	if pt.t != nil {
+		pt.t.Stop()
 	}
 }
 
