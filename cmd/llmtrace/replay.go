@@ -25,6 +25,12 @@ func init() {
 // maxLine bounds one update-log line; longer lines are rejected.
 const maxLine = 1 << 20
 
+// Replay's exit statuses besides 0 and exitUsage.
+const (
+	exitUnreadable = 1 // the input could not be read
+	exitRejected   = 3 // some lines were rejected
+)
+
 func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -32,22 +38,27 @@ func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	hold := fs.Duration("hold", otelstats.DefaultHoldWindow, "how long an update may precede its request's ARRIVED (log time)")
 	quiet := fs.Bool("q", false, "no summary table on stderr")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: llmtrace replay [flags] FILE|-\n\nReads the update log (one JSON update per line) and writes one RequestStats\nJSON object per finished request to stdout, a summary to stderr.\nExit status: 0 ok, 2 some lines were rejected, 1 the input could not be read.\n\nflags:")
+		fmt.Fprintln(stderr, "usage: llmtrace replay [flags] FILE|-\n\nReads the update log (one JSON update per line) and writes one RequestStats\n"+
+			"JSON object per finished request to stdout, a summary to stderr. Times are\n"+
+			"the log's own: waits and the hold window run on the logged times.\n"+
+			"Exit status: 0 ok, 1 the input could not be read (or telemetry not set up),\n2 usage error, 3 some lines were rejected.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args, 1); !ok {
+	if code, ok := parseFlags(fs, args, exitUsage); !ok {
 		return code
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 1
+	switch {
+	case fs.NArg() == 0:
+		return usageError(fs, "no input: give the update log's FILE, or - for stdin")
+	case fs.NArg() > 1:
+		return usageError(fs, "one input at a time (got %d: %q)", fs.NArg(), fs.Args())
 	}
 	in := stdin
 	if name := fs.Arg(0); name != "-" {
 		f, err := os.Open(name)
 		if err != nil {
 			fmt.Fprintf(stderr, "llmtrace replay: %v\n", err)
-			return 1
+			return exitUnreadable
 		}
 		defer f.Close()
 		in = f
@@ -142,10 +153,10 @@ func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if readErr != nil {
 		fmt.Fprintf(stderr, "llmtrace replay: reading input: %v\n", readErr)
-		return 1
+		return exitUnreadable
 	}
 	if rejected > 0 {
-		return 2
+		return exitRejected
 	}
 	return 0
 }
