@@ -53,6 +53,9 @@ func readStats(t testing.TB, path string) map[string]map[string]any {
 		t.Fatal(err)
 	}
 	out := map[string]map[string]any{}
+	// The file is being written: a last line without its newline is not
+	// complete yet.
+	b = b[:bytes.LastIndexByte(b, '\n')+1]
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -126,6 +129,29 @@ func (c *collector) waitStats(ids ...string) map[string]map[string]any {
 		return true
 	})
 	return s
+}
+
+// waitFinished waits until -stats-out holds a complete line for id,
+// without parsing the file (it may hold hundreds of thousands of lines).
+func (c *collector) waitFinished(id string) {
+	c.t.Helper()
+	key := []byte(`{"request_id":"` + id + `",`)
+	var off int64
+	c.waitFor("stats of "+id+" in -stats-out", func() bool {
+		f, err := os.Open(c.stats)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		b, _ := io.ReadAll(io.NewSectionReader(f, off, 1<<40))
+		b = b[:bytes.LastIndexByte(b, '\n')+1]
+		if bytes.Contains(b, key) {
+			return true
+		}
+		// Lines are whole once flushed: the next search starts after them.
+		off += int64(len(b))
+		return false
+	})
 }
 
 // stopped stops collect, checks it exited 0 and returns its final counters.
