@@ -1,6 +1,9 @@
 package attributes
 
-import "go.opentelemetry.io/otel/attribute"
+import (
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+)
 
 // The tracing proxy's span, event, attribute and metric names (llmtrace
 // proxy; README "The tracing proxy").
@@ -21,12 +24,11 @@ const (
 	ProxyStallMedian   attribute.Key = "llm.proxy.stall.median_gap_s"
 	ProxyStallChunk    attribute.Key = "llm.proxy.stall.chunk"
 
-	// GenAI and HTTP convention keys the integrations set.
-	ResponseID     attribute.Key = "gen_ai.response.id"
-	ResponseModel  attribute.Key = "gen_ai.response.model"
-	HTTPStatusCode attribute.Key = "http.response.status_code"
-	ServerAddress  attribute.Key = "server.address"
-	ServerPort     attribute.Key = "server.port"
+	// HTTP convention keys the integrations set (gen_ai.response.* are in
+	// keys.go).
+	HTTPStatusCode = semconv.HTTPResponseStatusCodeKey
+	ServerAddress  = semconv.ServerAddressKey
+	ServerPort     = semconv.ServerPortKey
 )
 
 // The update collector's own counters (llmtrace collect).

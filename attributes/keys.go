@@ -1,28 +1,47 @@
 package attributes
 
-import "go.opentelemetry.io/otel/attribute"
+import (
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+)
 
-// GenAI convention keys (semantic-conventions v1.37.0).
+// GenAI and general convention keys, from the semconv package of
+// ConventionVersion.
 const (
-	OperationName       attribute.Key = "gen_ai.operation.name"
-	RequestModel        attribute.Key = "gen_ai.request.model"
-	RequestID           attribute.Key = "gen_ai.request.id"
-	UsageInputTokens    attribute.Key = "gen_ai.usage.input_tokens"
-	UsageOutputTokens   attribute.Key = "gen_ai.usage.output_tokens"
-	UsageCacheReadInput attribute.Key = "gen_ai.usage.cache_read.input_tokens"
-	FinishReasons       attribute.Key = "gen_ai.response.finish_reasons"
-	ErrorType           attribute.Key = "error.type"
+	OperationName       = semconv.GenAIOperationNameKey
+	ProviderName        = semconv.GenAIProviderNameKey // required on the root span and the gen_ai.server.* metrics
+	RequestModel        = semconv.GenAIRequestModelKey
+	UsageInputTokens    = semconv.GenAIUsageInputTokensKey
+	UsageOutputTokens   = semconv.GenAIUsageOutputTokensKey
+	UsageCacheReadInput = semconv.GenAIUsageCacheReadInputTokensKey
+	FinishReasons       = semconv.GenAIResponseFinishReasonsKey
+	ResponseID          = semconv.GenAIResponseIDKey
+	ResponseModel       = semconv.GenAIResponseModelKey
+	ErrorType           = semconv.ErrorTypeKey
 
-	// Sampling parameters.
-	RequestTemperature      attribute.Key = "gen_ai.request.temperature"
-	RequestTopP             attribute.Key = "gen_ai.request.top_p"
-	RequestTopK             attribute.Key = "gen_ai.request.top_k"
-	RequestMaxTokens        attribute.Key = "gen_ai.request.max_tokens"
-	RequestSeed             attribute.Key = "gen_ai.request.seed"
-	RequestChoiceCount      attribute.Key = "gen_ai.request.choice.count"
-	RequestFrequencyPenalty attribute.Key = "gen_ai.request.frequency_penalty"
-	RequestPresencePenalty  attribute.Key = "gen_ai.request.presence_penalty"
-	RequestStopSequences    attribute.Key = "gen_ai.request.stop_sequences"
+	// Sampling parameters. gen_ai.request.top_k is a double in the
+	// registry, though engines take an integer.
+	RequestTemperature      = semconv.GenAIRequestTemperatureKey
+	RequestTopP             = semconv.GenAIRequestTopPKey
+	RequestTopK             = semconv.GenAIRequestTopKKey
+	RequestMaxTokens        = semconv.GenAIRequestMaxTokensKey
+	RequestSeed             = semconv.GenAIRequestSeedKey
+	RequestChoiceCount      = semconv.GenAIRequestChoiceCountKey
+	RequestFrequencyPenalty = semconv.GenAIRequestFrequencyPenaltyKey
+	RequestPresencePenalty  = semconv.GenAIRequestPresencePenaltyKey
+	RequestStopSequences    = semconv.GenAIRequestStopSequencesKey
+
+	// Opt-in content capture (SPEC §6).
+	InputMessages  = semconv.GenAIInputMessagesKey
+	OutputMessages = semconv.GenAIOutputMessagesKey
+)
+
+// Vendor keys in the gen_ai namespace that the conventions do not define,
+// kept on purpose: vLLM, SGLang and TensorRT-LLM put them on their request
+// spans, so dashboards and queries written for those engines keep working.
+const (
+	// RequestID is the engine's request id.
+	RequestID attribute.Key = "gen_ai.request.id"
 
 	// Latency keys shared by vLLM, SGLang and TensorRT-LLM request spans, in
 	// seconds.
@@ -32,10 +51,6 @@ const (
 	LatencyPrefill          attribute.Key = "gen_ai.latency.time_in_model_prefill"
 	LatencyDecode           attribute.Key = "gen_ai.latency.time_in_model_decode"
 	LatencyInference        attribute.Key = "gen_ai.latency.time_in_model_inference"
-
-	// Opt-in content capture (SPEC §6).
-	InputMessages  attribute.Key = "gen_ai.input.messages"
-	OutputMessages attribute.Key = "gen_ai.output.messages"
 )
 
 // llmtrace's own keys.
@@ -65,6 +80,9 @@ const (
 	RejectionReason attribute.Key = "llm.rejection.reason"
 	ClampedSpans    attribute.Key = "llm.spans.clamped"
 	SamplingReason  attribute.Key = "llm.sampling.reason"
+	// TruncatedKey names the attribute whose value was cut
+	// (llm.attributes.truncated).
+	TruncatedKey attribute.Key = "llm.truncated.key"
 
 	// DecodeTokenOffsets are a decode segment's token delivery times in
 	// microseconds from the segment's start (detail level 3).

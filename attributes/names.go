@@ -3,6 +3,10 @@ package attributes
 // Span names (SPEC §3). The root span is named by RootSpanName.
 const (
 	SpanInputProcessing = "llm.input_processing"
+	// SpanHandoff is the request travelling from the frontend to the
+	// engine's scheduler: INPUT_PROCESSED → first QUEUED, when that gap is
+	// not zero.
+	SpanHandoff = "llm.handoff"
 	SpanQueue           = "llm.queue"
 	SpanPrefill         = "llm.prefill"
 	SpanDecode          = "llm.decode"
@@ -48,6 +52,9 @@ const (
 	MetricSpansDropped     = "llm.spans.dropped"
 	MetricSpansClamped     = "llm.spans.clamped"
 	MetricRequestsEvicted  = "llm.server.requests.evicted"
+	// MetricAttributesTruncated counts client-supplied strings cut at
+	// their cap before they became attributes, by llm.truncated.key.
+	MetricAttributesTruncated = "llm.attributes.truncated"
 )
 
 // Units, in UCUM as the conventions use them.

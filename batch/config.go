@@ -19,12 +19,17 @@ const (
 	DefaultBatchTimeout       = time.Second
 	DefaultExportTimeout      = 10 * time.Second
 	DefaultShutdownTimeout    = 5 * time.Second
+	// DefaultMaxExportBatchBytes keeps an OTLP request well under gRPC's
+	// default 4 MiB message limit: past it the receiver refuses the whole
+	// request, and every span in it would be lost for one large span.
+	DefaultMaxExportBatchBytes = 2 << 20
 )
 
 type config struct {
 	mp         metric.MeterProvider
 	queueSize  int
 	batchSize  int
+	batchBytes int
 	delay      time.Duration
 	exportTO   time.Duration
 	shutdownTO time.Duration
@@ -34,6 +39,7 @@ func newConfig(opts []Option) config {
 	c := config{
 		queueSize:  DefaultMaxQueueSize,
 		batchSize:  DefaultMaxExportBatchSize,
+		batchBytes: DefaultMaxExportBatchBytes,
 		delay:      DefaultBatchTimeout,
 		exportTO:   DefaultExportTimeout,
 		shutdownTO: DefaultShutdownTimeout,
@@ -88,4 +94,12 @@ func WithExportTimeout(d time.Duration) Option {
 // deadline (default 5 s, at least 1 ms).
 func WithShutdownTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.shutdownTO = max(d, time.Millisecond) })
+}
+
+// WithMaxExportBatchBytes bounds a batch's estimated encoded size (default
+// DefaultMaxExportBatchBytes): a batch is exported before a span would take
+// it past the bound, and a span larger than the bound by itself is
+// exported alone, so it can fail only itself.
+func WithMaxExportBatchBytes(n int) Option {
+	return optionFunc(func(c *config) { c.batchBytes = max(n, 1) })
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
@@ -158,14 +159,57 @@ func (p *Processor) run() {
 type batcher struct {
 	p       *Processor
 	spans   []sdktrace.ReadOnlySpan
+	bytes   int // estimated encoded size of spans
 	failing bool
 }
 
 func (b *batcher) add(s sdktrace.ReadOnlySpan) {
-	b.spans = append(b.spans, s)
-	if len(b.spans) == cap(b.spans) {
+	n := approxSize(s)
+	if len(b.spans) > 0 && b.bytes+n > b.p.cfg.batchBytes {
 		b.export()
 	}
+	b.spans = append(b.spans, s)
+	b.bytes += n
+	if len(b.spans) == cap(b.spans) || b.bytes >= b.p.cfg.batchBytes {
+		b.export()
+	}
+}
+
+// approxSize estimates s's size in an OTLP request: its strings and a
+// fixed cost per field, which is what makes one span large or small.
+func approxSize(s sdktrace.ReadOnlySpan) int {
+	n := 96 + len(s.Name()) + len(s.Status().Description) + attrsSize(s.Attributes())
+	for _, e := range s.Events() {
+		n += 24 + len(e.Name) + attrsSize(e.Attributes)
+	}
+	for _, l := range s.Links() {
+		n += 48 + attrsSize(l.Attributes)
+	}
+	return n
+}
+
+func attrsSize(kvs []attribute.KeyValue) int {
+	n := 0
+	for _, kv := range kvs {
+		n += 8 + len(kv.Key)
+		switch kv.Value.Type() {
+		case attribute.STRING:
+			n += len(kv.Value.AsString())
+		case attribute.STRINGSLICE:
+			for _, s := range kv.Value.AsStringSlice() {
+				n += 2 + len(s)
+			}
+		case attribute.INT64SLICE:
+			n += 8 * len(kv.Value.AsInt64Slice())
+		case attribute.FLOAT64SLICE:
+			n += 8 * len(kv.Value.AsFloat64Slice())
+		case attribute.BOOLSLICE:
+			n += len(kv.Value.AsBoolSlice())
+		default:
+			n += 8
+		}
+	}
+	return n
 }
 
 // drain exports everything queued now.
@@ -214,6 +258,7 @@ func (b *batcher) abandon() {
 func (b *batcher) reset() {
 	clear(b.spans)
 	b.spans = b.spans[:0]
+	b.bytes = 0
 }
 
 // ForceFlush exports everything queued, waiting at most until ctx ends.

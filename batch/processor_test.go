@@ -3,12 +3,14 @@ package batch
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 )
@@ -155,5 +157,49 @@ func BenchmarkProcessor(b *testing.B) {
 			defer cancel()
 			_ = tp.Shutdown(ctx)
 		})
+	}
+}
+
+// sizeLimited fails a batch whose estimated size passes limit, as a gRPC
+// receiver refuses a message over its limit.
+type sizeLimited struct {
+	limit    int
+	exported atomic.Int64
+}
+
+func (e *sizeLimited) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	n := 0
+	for _, s := range spans {
+		n += approxSize(s)
+	}
+	if n > e.limit {
+		return errors.New("message larger than max")
+	}
+	e.exported.Add(int64(len(spans)))
+	return nil
+}
+func (e *sizeLimited) Shutdown(context.Context) error { return nil }
+
+// Issue 12.6: one span too large for the receiver fails alone; the others
+// of its batch are exported.
+func TestLargeSpanFailsAlone(t *testing.T) {
+	exp := &sizeLimited{limit: 4 << 20}
+	bp := NewProcessor(exp, WithBatchTimeout(time.Hour))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(bp))
+	tr := tp.Tracer("t")
+	huge := strings.Repeat("x", 5<<20)
+	for i := range 201 {
+		_, s := tr.Start(context.Background(), "span")
+		if i == 100 {
+			s.SetAttributes(attribute.String("stop", huge))
+		}
+		s.End()
+	}
+	if err := tp.Shutdown(context.Background()); err != nil {
+		t.Logf("shutdown: %v", err)
+	}
+	produced, exported, dropped := bp.Counts()
+	if produced != 201 || exported != 200 || dropped != 1 || exp.exported.Load() != 200 {
+		t.Fatalf("produced %d exported %d (receiver %d) dropped %d; want 201, 200, 1", produced, exported, exp.exported.Load(), dropped)
 	}
 }

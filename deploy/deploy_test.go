@@ -99,6 +99,8 @@ func instruments() []instrument {
 		{attributes.MetricSpansDropped, counter, attributes.UnitSpan, nil, none},
 		{attributes.MetricSpansClamped, counter, attributes.UnitSpan, nil, none},
 		{attributes.MetricRequestsEvicted, counter, attributes.UnitRequest, nil, none},
+		{attributes.MetricAttributesTruncated, counter, "{attribute}", nil,
+			[][]attribute.KeyValue{{attributes.TruncatedKey.String(string(attributes.RequestModel))}}},
 	}
 }
 
@@ -210,6 +212,7 @@ var wantSeries = map[string]string{
 	"llm_spans_dropped_total":                     "COUNTER",
 	"llm_spans_clamped_total":                     "COUNTER",
 	"llm_server_requests_evicted_total":           "COUNTER",
+	"llm_attributes_truncated_total":              "COUNTER",
 	"target_info":                                 "GAUGE",
 }
 

@@ -1,8 +1,14 @@
 package otelstats
 
 import (
+	"math"
 	"strconv"
 	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/llmtrace/llmtrace/attributes"
 )
 
 // check validates what can be validated without the request's state, and
@@ -29,9 +35,8 @@ func check(u *Update) (Side, *RejectError) {
 	case own != SideAuto && side != own:
 		return side, reject(u, side, ReasonWrongSide, u.Kind.String()+" is recorded by the "+own.String())
 	}
-	if len(u.Model) > MaxModelLength || len(u.Scope) > MaxNameLength || len(u.Operation) > MaxNameLength ||
-		len(u.FinishReason) > MaxNameLength || len(u.ErrorType) > MaxNameLength {
-		return side, reject(u, side, ReasonTooLong, "model, scope, operation, finish reason or error type too long")
+	if len(u.Scope) > MaxNameLength {
+		return side, reject(u, side, ReasonTooLong, "scope longer than "+strconv.Itoa(MaxNameLength)+" bytes")
 	}
 	if u.Time.IsZero() || u.Time.Before(minTime) || u.Time.After(maxTime) {
 		return side, reject(u, side, ReasonBadTimestamp, "time must lie between 1970 and 2200")
@@ -68,6 +73,9 @@ func check(u *Update) (Side, *RejectError) {
 			return side, reject(u, side, ReasonMissingPayload, "FINISHED needs a finish_reason")
 		}
 		if r := checkCount(u, side, u.NumPromptTokens, MaxTokenCount, "num_prompt_tokens"); r != nil {
+			return side, r
+		}
+		if r := checkCount(u, side, u.NumOutputTokens, MaxTokenCount, "num_output_tokens"); r != nil {
 			return side, r
 		}
 	}
@@ -146,6 +154,9 @@ func (t *Tracker) apply(r *reqState, u *Update, side Side, ns int64) (bool, *Rej
 	if ns > r.lastSeen {
 		r.lastSeen = ns
 	}
+	now := t.now(ns)
+	r.touched = max(r.touched, now)
+	t.saw(side, now)
 	if side == SideFrontend && u.Kind != KindArrived {
 		r.feReported = true
 	}
@@ -155,7 +166,7 @@ func (t *Tracker) apply(r *reqState, u *Update, side Side, ns int64) (bool, *Rej
 		r.prompt = int32(u.NumPromptTokens)
 		if !u.Sampling.IsZero() {
 			sp := *u.Sampling // the caller may reuse its value
-			sp.Stop = append([]string(nil), sp.Stop...)
+			sp.Stop = t.capStops(sp.Stop)
 			r.ext().sampling = &sp
 		}
 	case KindQueued:
@@ -187,18 +198,37 @@ func (t *Tracker) apply(r *reqState, u *Update, side Side, ns int64) (bool, *Rej
 		if r.prompt < 0 && u.NumPromptTokens > 0 {
 			r.prompt = int32(u.NumPromptTokens)
 		}
-		// Wait for the other side's FINISHED when it has been reporting.
-		other := r.en.last != 0 && r.enFinish == 0
-		if side == SideEngine {
-			other = r.feReported && r.feFinish == 0
+		if side == SideFrontend && u.NumOutputTokens > 0 {
+			r.feOneShot = int32(u.NumOutputTokens)
 		}
-		if other && t.cfg.frontendGrace > 0 {
-			r.waitUntil = ns + int64(t.cfg.frontendGrace)
+		if side == SideEngine {
+			t.settleDeliveries(r, math.MaxInt64)
+		}
+		if t.waitForOther(r, side, now) {
+			r.waitUntil = now + int64(t.cfg.frontendGrace)
 			return false, nil
 		}
 		return true, nil
 	}
+	if side == SideEngine {
+		t.settleDeliveries(r, ns)
+	}
 	return false, nil
+}
+
+// waitForOther reports whether a request that side has just finished stays
+// open for the other side's updates (SPEC §1): the other side has not
+// finished it, and it has reported for this request (the frontend: more
+// than ARRIVED) or is present now — its updates may be on their way in a
+// stream of their own.
+func (t *Tracker) waitForOther(r *reqState, side Side, now int64) bool {
+	if t.cfg.frontendGrace <= 0 {
+		return false
+	}
+	if side == SideFrontend {
+		return r.enFinish == 0 && (r.en.last != 0 || t.present(SideEngine, now))
+	}
+	return r.feFinish == 0 && (r.feReported || t.present(SideFrontend, now))
 }
 
 // applyPrefill starts a run after QUEUED or PREEMPTED, or adds a chunk to
@@ -311,13 +341,11 @@ func (t *Tracker) delivered(r *reqState, n int, busy time.Duration, ns int64) {
 			x.deliveries = append(x.deliveries, ns)
 		}
 	}
-	if cr := r.runAt(ns); cr != nil {
-		if cr.feFirst == 0 {
-			cr.feFirst = ns
-		}
-		cr.feTokens += int32(n)
+	if t.pendDelivery(r, ns, n) {
+		// Its run may not be known yet: attributed when the engine's
+		// updates catch up with it (settleDeliveries).
 	} else {
-		r.preRunFE += int32(n)
+		r.attribute(ns, int32(n))
 	}
 	if r.en.last == 0 {
 		// No engine update has reached us: the frontend's tokens are the
@@ -326,4 +354,113 @@ func (t *Tracker) delivered(r *reqState, n int, busy time.Duration, ns int64) {
 		r.sh.genTok.Add(int64(n))
 		r.genCredit += int32(n)
 	}
+}
+
+// maxPending bounds the frontend deliveries a request keeps while its
+// engine's updates lag behind them; past it, deliveries are attributed to
+// the runs known so far.
+const maxPending = 256
+
+// delivery is a frontend delivery whose run is not known yet.
+type delivery struct {
+	time int64
+	n    int32
+}
+
+// pendDelivery keeps a delivery of n tokens at ns aside when the engine's
+// updates may still bring the run it belongs to: the two sides' streams
+// travel separately (SPEC §1), and when the engine's lags, a delivery can
+// reach us before the PREFILLING that started its run. That is the case
+// while the frontend has delivered more tokens than the engine reported,
+// the engine has not finished, and it reports for this request or is
+// present. It reports whether it kept the delivery.
+func (t *Tracker) pendDelivery(r *reqState, ns int64, n int) bool {
+	x := r.extra
+	if x == nil || len(x.pending) == 0 {
+		if r.feTokens <= r.enTokens || r.enFinish != 0 || ns <= r.en.time {
+			return false
+		}
+		if r.en.last == 0 && !t.present(SideEngine, t.now(ns)) {
+			return false
+		}
+		x = r.ext()
+	}
+	if len(x.pending) >= maxPending {
+		return false
+	}
+	x.pending = append(x.pending, delivery{ns, int32(n)})
+	return true
+}
+
+// settleDeliveries attributes the kept deliveries up to upto, the time of
+// the engine's latest update: every run that began by then is known.
+func (t *Tracker) settleDeliveries(r *reqState, upto int64) {
+	x := r.extra
+	if x == nil || len(x.pending) == 0 {
+		return
+	}
+	i := 0
+	for ; i < len(x.pending) && x.pending[i].time <= upto; i++ {
+		r.attribute(x.pending[i].time, x.pending[i].n)
+	}
+	x.pending = append(x.pending[:0], x.pending[i:]...)
+}
+
+// attribute gives a delivery of n tokens at ns to the last run started at
+// or before it, or to the time before any run.
+func (r *reqState) attribute(ns int64, n int32) {
+	if cr := r.runAt(ns); cr != nil {
+		if cr.feFirst == 0 {
+			cr.feFirst = ns
+		}
+		cr.feTokens += n
+		return
+	}
+	r.preRunFE += n
+}
+
+// capNames cuts u's client-supplied names at their caps, counting each cut
+// (see MaxModelLength). Identities are left for check to reject.
+func (t *Tracker) capNames(u *Update) {
+	t.capString(&u.Model, MaxModelLength, attributes.RequestModel)
+	t.capString(&u.Operation, MaxNameLength, attributes.OperationName)
+	t.capString(&u.FinishReason, MaxNameLength, attributes.FinishReasons)
+	t.capString(&u.ErrorType, MaxNameLength, attributes.ErrorType)
+}
+
+func (t *Tracker) capString(s *string, n int, key attribute.Key) {
+	if len(*s) > n {
+		*s = cutUTF8(*s, n)
+		t.inst.countTruncated(key)
+	}
+}
+
+// capStops copies a request's stop sequences, at most MaxStopSequences of
+// at most MaxStopLength bytes each: a 5 MiB stop string must not make the
+// trace too large to export (issue 12.6).
+func (t *Tracker) capStops(stops []string) []string {
+	if len(stops) == 0 {
+		return nil
+	}
+	if len(stops) > MaxStopSequences {
+		stops = stops[:MaxStopSequences]
+		t.inst.countTruncated(attributes.RequestStopSequences)
+	}
+	out := make([]string, len(stops))
+	for i, s := range stops {
+		t.capString(&s, MaxStopLength, attributes.RequestStopSequences)
+		out[i] = s
+	}
+	return out
+}
+
+// cutUTF8 is s cut to at most n bytes, not inside a UTF-8 sequence.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -76,8 +76,8 @@ func TestConcurrentRequests(t *testing.T) {
 	h.wantCounter(attributes.MetricRequests, workers*perWorker)
 	h.wantCounter(attributes.MetricRejectedUpdates, 0)
 	h.wantHist(attributes.MetricTimeToFirstToken, workers*perWorker, 21*workers*perWorker)
-	if n := len(h.rec.Ended()); n != workers*perWorker*6 { // root + input, queue, prefill, decode, detokenize
-		t.Errorf("%d spans, want %d", n, workers*perWorker*6)
+	if n := len(h.rec.Ended()); n != workers*perWorker*7 { // root + input, handoff, queue, prefill, decode, detokenize
+		t.Errorf("%d spans, want %d", n, workers*perWorker*7)
 	}
 }
 

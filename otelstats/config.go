@@ -20,6 +20,15 @@ const (
 	DefaultMaxHeld       = 1 << 16
 	DefaultMaxModels     = 64
 	DefaultStatsInterval = 10 * time.Second
+	// DefaultMaxClockAhead is how far ahead of a live tracker's own clock an
+	// update's time may be. Hosts kept by NTP agree within milliseconds; a
+	// minute leaves room for a slow, loaded producer and still stops a
+	// skewed one.
+	DefaultMaxClockAhead = time.Minute
+	// DefaultProviderName is gen_ai.provider.name when WithProviderName is
+	// not given. The conventions' well-known values name hosted APIs
+	// (openai, aws.bedrock, …); a self-hosted server names itself.
+	DefaultProviderName = "llmtrace"
 )
 
 type config struct {
@@ -44,6 +53,8 @@ type config struct {
 	onFinish       []func(*RequestStats)
 	onReject       func(*RejectError)
 	autoSweep      time.Duration
+	maxAhead       time.Duration
+	provider       string
 
 	sampling    *SamplingPolicy
 	trustParent bool
@@ -61,6 +72,8 @@ func newConfig(opts []Option) config {
 		maxInFlight:   DefaultMaxInFlight,
 		maxHeld:       DefaultMaxHeld,
 		maxModels:     DefaultMaxModels,
+		maxAhead:      DefaultMaxClockAhead,
+		provider:      DefaultProviderName,
 	}
 	for _, o := range opts {
 		o.apply(&c)
@@ -230,10 +243,39 @@ func WithAggregator(agg *Aggregator) Option {
 	return optionFunc(func(c *config) { c.agg = agg })
 }
 
-// WithAutoSweep starts a goroutine that calls Sweep(time.Now()) every
-// interval, so waits and TTLs expire even when no update arrives. Use it when
-// updates carry real time; a simulation or replay drives expiry with its own
-// times instead. Shutdown stops the goroutine.
+// WithAutoSweep makes the tracker live: a goroutine calls Sweep(time.Now())
+// every interval, so waits, holds and TTLs expire on the tracker's own
+// clock even when no update arrives, and times taken from input never move
+// that clock — one producer with a skewed clock cannot end other producers'
+// requests. An update more than WithMaxClockAhead ahead of the clock is
+// rejected as bad_timestamp. Use it when updates carry real time (servers,
+// collectors); a simulation or a replayed log, without it, expires on its
+// own recorded times instead. Shutdown stops the goroutine.
 func WithAutoSweep(interval time.Duration) Option {
 	return optionFunc(func(c *config) { c.autoSweep = max(interval, 0) })
+}
+
+// WithMaxClockAhead bounds how far ahead of a live tracker's clock
+// (WithAutoSweep) an update's time may be before it is rejected as
+// bad_timestamp (default DefaultMaxClockAhead). Without WithAutoSweep,
+// times are the log's own and no bound applies.
+func WithMaxClockAhead(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.maxAhead = d
+		}
+	})
+}
+
+// WithProviderName sets gen_ai.provider.name, which the GenAI conventions
+// require on the root span and the gen_ai.server.* metrics: the serving
+// stack as its clients know it, e.g. "vllm" behind a proxy, or a
+// well-known value such as "openai" for an OpenAI-compatible gateway to
+// OpenAI. Default DefaultProviderName. It is cut at MaxNameLength.
+func WithProviderName(name string) Option {
+	return optionFunc(func(c *config) {
+		if name != "" {
+			c.provider = cutUTF8(name, MaxNameLength)
+		}
+	})
 }

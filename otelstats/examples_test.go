@@ -68,6 +68,7 @@ func ExampleTracker_Arrive() {
 	// Output:
 	// req-1 stop: ttft=26ms tpot=11ms queue=4ms e2e=48ms tokens=12/3 preemptions=0
 	// llm.input_processing  0ms →  2ms
+	// llm.handoff           2ms →  3ms
 	// llm.queue             3ms →  7ms
 	// llm.prefill           7ms → 26ms
 	// llm.decode           26ms → 45ms
@@ -170,5 +171,5 @@ func ExampleWithSpanProcessor() {
 	fmt.Println(len(rec.Ended()), "spans, no Tracer involved:", len(rec.Started()) == 0)
 	// Output:
 	// req-1 stop: ttft=21ms tpot=10ms queue=3ms e2e=42ms tokens=12/3 preemptions=0
-	// 6 spans, no Tracer involved: true
+	// 7 spans, no Tracer involved: true
 }

@@ -54,6 +54,7 @@ func tm(ns int64) time.Time {
 // (abandoned, evicted, unfinished) rather than a FINISHED update.
 func (t *Tracker) finalize(r *reqState, override string) {
 	t.inflight.Add(-1)
+	t.settleDeliveries(r, math.MaxInt64) // no engine update comes any more
 	tb := t.trees.Get().(*treeBuf)
 	defer t.trees.Put(tb)
 
@@ -150,6 +151,9 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 		first, s.NumOutputTokens = r.feFirst, int(r.feTokens)
 	case r.enDeliv > 0:
 		first, s.NumOutputTokens = r.enFirst, int(r.enTokens)
+	case r.feOneShot > 0:
+		// Delivered in one piece: counted, but no token has a time.
+		s.NumOutputTokens = int(r.feOneShot)
 	}
 	// SPEC §3: the values of §2 are the instants that bound the span tree,
 	// whose children lie inside the root [ARRIVED, FINISHED]. Clamp each
@@ -300,6 +304,9 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 			tl.Parent = tl.Parent.WithTraceFlags(tl.Parent.TraceFlags().WithSampled(true))
 		}
 	}
+	if r.extra != nil {
+		tl.Link = r.extra.link
+	}
 	tl.RootOnly = r.detail == DetailRoot
 	tl.Start, tl.End = s.ArrivalTime, s.FinishedTime
 	tl.EngineEnd = tm(r.enFinish)
@@ -379,6 +386,7 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 	a := tb.attrs[:0]
 	a = append(a,
 		attributes.OperationName.String(r.operation),
+		t.inst.provider,
 		attributes.RequestModel.String(r.model),
 		attributes.RequestID.String(r.id),
 		attributes.UsageOutputTokens.Int(s.NumOutputTokens),
@@ -446,7 +454,9 @@ func appendSampling(a []attribute.KeyValue, p *SamplingParams) []attribute.KeyVa
 	}
 	f(attributes.RequestTemperature, p.Temperature)
 	f(attributes.RequestTopP, p.TopP)
-	i(attributes.RequestTopK, p.TopK)
+	if p.TopK != nil { // a double in the registry
+		a = append(a, attributes.RequestTopK.Float64(float64(*p.TopK)))
+	}
 	i(attributes.RequestMaxTokens, p.MaxTokens)
 	i(attributes.RequestSeed, p.Seed)
 	i(attributes.RequestChoiceCount, p.N)

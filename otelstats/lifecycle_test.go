@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/spans"
 )
 
 // The interleaving scenario: each side's updates in its own order.
@@ -53,6 +54,7 @@ var ivStats = wantStats{
 
 var ivKids = []wantSpan{
 	spInput(0, 1, 10),
+	spHandoff(1, 2),
 	spQueue(2, 5, "new"),
 	spPrefill(5, 21, 10, 2, 1, false),
 	spDecode(21, 40, 3, 0),
@@ -269,6 +271,7 @@ func TestShutdownEndsUnfinished(t *testing.T) {
 		attrs: []attribute.KeyValue{attributes.ErrorType.String("unfinished"), attributes.FinishReasons.StringSlice([]string{"unfinished"})}},
 		[]wantSpan{
 			spInput(0, 1, 4),
+			spHandoff(1, 2),
 			spQueue(2, 3, "new"),
 			spPrefill(3, 11, 4, 0, 1, false),
 			spDecode(11, 11, 1, 0),
@@ -566,7 +569,14 @@ func TestRequestHandle(t *testing.T) {
 
 	t.Run("Abort", func(t *testing.T) {
 		q, _ := h.tr.Arrive(ctx, "h2", Arrival{Time: at(0), Model: "m", Operation: "embeddings"})
-		mustNil(q.Abort(at(5))) // no engine reported: ends at once
+		mustNil(q.Abort(at(5)))
+		// The engine is present (it reported for h1 a moment ago), so
+		// the request waits, within the grace, for its late updates
+		// (SPEC §1); the log's end ends the wait.
+		if len(h.stats) != 1 {
+			t.Fatal("the abort did not wait for the present engine")
+		}
+		h.tr.Flush()
 		s := h.statsOf("h2")
 		checkStats(t, s, wantStats{reason: "abort", errType: "abort", finished: 5, e2e: 5,
 			queue: absent, ttft: absent, prefill: absent, decode: absent, inference: absent, tpot: absent,
@@ -580,6 +590,7 @@ func TestRequestHandle(t *testing.T) {
 		q, _ := h.tr.Arrive(ctx, "h3", Arrival{Time: at(0), Model: "m"})
 		mustNil(q.InputProcessed(at(1), 3, nil))
 		mustNil(q.Fail(at(3), "timeout"))
+		h.tr.Flush() // the wait for the present engine, as in Abort
 		s := h.statsOf("h3")
 		if s.FinishReason != "error" || s.ErrorType != "timeout" {
 			t.Errorf("finish %q error.type %q", s.FinishReason, s.ErrorType)
@@ -603,4 +614,25 @@ func TestRequestHandle(t *testing.T) {
 			t.Error("rejected handle has an id or span context")
 		}
 	})
+}
+
+// Arrival.Link: the root starts a trace of its own and links to the given
+// span (an untrusted caller's) instead of joining its trace.
+func TestArrivalLink(t *testing.T) {
+	h := newHarness(t)
+	caller := trace.NewSpanContext(trace.SpanContextConfig{TraceID: spans.NewTraceID(), SpanID: spans.NewSpanID(), Remote: true})
+	q, err := h.tr.Arrive(context.Background(), "l", Arrival{Time: at(0), Model: "m", Link: caller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Finish(at(3), "stop"); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := h.treeOf(h.statsOf("l"))
+	if root.SpanContext().TraceID() == caller.TraceID() || root.Parent().IsValid() {
+		t.Fatalf("root %v parent %v joined the caller's trace", root.SpanContext(), root.Parent())
+	}
+	if ls := root.Links(); len(ls) != 1 || !ls[0].SpanContext.Equal(caller) {
+		t.Fatalf("root links %v, want one to %v", ls, caller)
+	}
 }

@@ -18,6 +18,9 @@ type instruments struct {
 	running, waiting                     metric.Int64Gauge
 	kvUsage                              metric.Float64Gauge
 	rejected, dropped, clamped, evicted  metric.Int64Counter
+	truncated                            metric.Int64Counter
+
+	provider attribute.KeyValue // gen_ai.provider.name, on every request metric
 
 	mu      sync.Mutex
 	sets    map[attrKey]*attrSets
@@ -40,9 +43,9 @@ type attrSets struct {
 	finishedAdd []metric.AddOption    // + finish reason
 }
 
-func newInstruments(mp metric.MeterProvider, ownHistograms bool) (*instruments, error) {
+func newInstruments(mp metric.MeterProvider, ownHistograms bool, provider string) (*instruments, error) {
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
-	in := &instruments{sets: make(map[attrKey]*attrSets)}
+	in := &instruments{sets: make(map[attrKey]*attrSets), provider: attributes.ProviderName.String(provider)}
 	var err error
 	hist := func(dst *metric.Float64Histogram, name, desc string, bounds []float64) {
 		if err != nil || ownHistograms {
@@ -82,6 +85,7 @@ func newInstruments(mp metric.MeterProvider, ownHistograms bool) (*instruments, 
 	counter(&in.dropped, attributes.MetricSpansDropped, attributes.UnitSpan, "Spans that could not be exported.")
 	counter(&in.clamped, attributes.MetricSpansClamped, attributes.UnitSpan, "Spans clamped into their root because of clock skew.")
 	counter(&in.evicted, attributes.MetricRequestsEvicted, attributes.UnitRequest, "Requests evicted at the in-flight cap.")
+	counter(&in.truncated, attributes.MetricAttributesTruncated, "{attribute}", "Client-supplied strings cut at their cap.")
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +109,7 @@ func (in *instruments) attrs(op, model, reason, errType string) *attrSets {
 	in.mu.Lock()
 	s, ok := in.sets[k]
 	if !ok {
-		base := []attribute.KeyValue{attributes.OperationName.String(op), attributes.RequestModel.String(model)}
+		base := []attribute.KeyValue{attributes.OperationName.String(op), in.provider, attributes.RequestModel.String(model)}
 		dur := base
 		if errType != "" {
 			dur = append(append([]attribute.KeyValue(nil), base...), attributes.ErrorType.String(errType))
@@ -132,6 +136,11 @@ func (in *instruments) attrs(op, model, reason, errType string) *attrSets {
 	}
 	in.mu.Unlock()
 	return s
+}
+
+// countTruncated counts a value of key cut at its cap.
+func (in *instruments) countTruncated(key attribute.Key) {
+	in.truncated.Add(context.Background(), 1, metric.WithAttributes(attributes.TruncatedKey.String(string(key))))
 }
 
 func (in *instruments) countReject(r Reason) {

@@ -19,6 +19,10 @@ type Arrival struct {
 	// decide sampling, as WithTrustParentSampling does for all requests:
 	// for integrations that know per request whether the caller is trusted.
 	TrustParent bool
+	// Link, when valid, is a span the root span links to without joining
+	// its trace: an untrusted caller's, whose trace id the request must
+	// not adopt, stays reachable from the request's own new trace.
+	Link trace.SpanContext
 }
 
 // Request is a frontend's handle on one in-flight request. Its methods
@@ -40,14 +44,19 @@ type Request struct {
 // that return the same rejection, so callers need no nil checks on the hot
 // path.
 func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, error) {
-	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail, trustParent: a.TrustParent}
+	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail, trustParent: a.TrustParent, link: a.Link}
 	if t.closed.Load() {
 		return &Request{t: t}, t.rejected(reject(&u, SideFrontend, ReasonClosed, "the tracker is shut down"))
 	}
-	if _, rerr := check(&u); rerr != nil {
+	ns := t.ns(a.Time)
+	t.capNames(&u)
+	_, rerr := check(&u)
+	if rerr == nil {
+		rerr = t.aheadReject(&u, SideFrontend, ns)
+	}
+	if rerr != nil {
 		return &Request{t: t}, t.rejected(rerr)
 	}
-	ns := t.ns(a.Time)
 	r, err := t.arrive(&u, ns, trace.SpanContextFromContext(ctx))
 	if err != nil {
 		return &Request{t: t}, err
@@ -96,11 +105,14 @@ func (q *Request) Detokenized(at time.Time, newTokens int, busy time.Duration) e
 	// delivery, without building an Update. Anything unusual takes the
 	// general path, which rejects it with the precise reason.
 	if t, r := q.t, q.r; r != nil && uint(newTokens) <= maxNewTokensStep && busy >= 0 && !t.closed.Load() {
-		if ns := t.ns(at); validNs(ns) {
+		if ns := t.ns(at); t.inBound(ns) {
+			now := t.now(ns)
 			r.mu.Lock()
 			if !r.done.Load() && allowed[SideFrontend][KindDetokenized]&(1<<r.fe.last) != 0 && ns >= r.fe.time {
 				r.fe.last, r.fe.time = KindDetokenized, ns
 				r.lastSeen = max(r.lastSeen, ns)
+				r.touched = max(r.touched, now)
+				t.saw(SideFrontend, now)
 				r.feReported = true
 				t.delivered(r, newTokens, busy, ns)
 				r.mu.Unlock()
@@ -154,11 +166,16 @@ func (t *Tracker) recordReq(r *reqState, u *Update) error {
 	if t.closed.Load() {
 		return t.rejected(reject(u, u.Side, ReasonClosed, "the tracker is shut down"))
 	}
+	ns := t.ns(u.Time)
+	t.capNames(u)
 	side, rerr := check(u)
+	if rerr == nil {
+		rerr = t.aheadReject(u, side, ns)
+	}
 	if rerr != nil {
 		return t.rejected(rerr)
 	}
-	complete, ended, rerr := t.applyTo(r, u, side, t.ns(u.Time))
+	complete, ended, rerr := t.applyTo(r, u, side, ns)
 	if ended {
 		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 	}

@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -132,7 +134,7 @@ func badCatalogue() []badCase {
 	id := strings.Repeat("x", 10<<20)
 	return []badCase{
 		{name: "10 MB request id", u: &Update{RequestID: id, Kind: KindQueued, Time: time.Unix(1700000000, 0)}, reason: ReasonTooLong},
-		{name: "10 MB model", u: &Update{RequestID: "w", Kind: KindArrived, Time: time.Unix(1700000000, 0), Model: id}, reason: ReasonTooLong},
+		{name: "10 MB scope", u: &Update{RequestID: "w", Kind: KindArrived, Time: time.Unix(1700000000, 0), Model: "m", Scope: id}, reason: ReasonTooLong},
 		{name: "zero time", u: &Update{RequestID: "v", Kind: KindQueued}, reason: ReasonBadTimestamp},
 		{name: "kind zero", u: &Update{RequestID: "v", Time: time.Unix(1700000000, 0)}, reason: ReasonUnknownKind},
 		{name: "wrong side", u: &Update{RequestID: "v", Kind: KindDecoding, Side: SideFrontend, Time: time.Unix(1700000000, 1)}, reason: ReasonWrongSide},
@@ -362,5 +364,48 @@ func TestStepForeignHandles(t *testing.T) {
 	// the first engine update.
 	if err := other.tr.Step(&Step{Time: at(2), QueuedReqs: []*Request{foreign}}); err != nil {
 		t.Errorf("the foreign request was touched: %v", err)
+	}
+}
+
+// Issue 12.6: client-supplied strings that become attributes are cut at
+// their caps and counted; the request is still traced whole.
+func TestClientStringsCapped(t *testing.T) {
+	h := newHarness(t)
+	long := strings.Repeat("é", 3<<20) // 6 MiB of two-byte runes
+	stops := []string{long}
+	for i := range 20 {
+		stops = append(stops, strconv.Itoa(i))
+	}
+	h.must(Update{RequestID: "c", Kind: KindArrived, Time: at(0), Model: long, Operation: long})
+	h.must(Update{RequestID: "c", Kind: KindInputProcessed, Time: at(1), NumPromptTokens: 3,
+		Sampling: &SamplingParams{Stop: stops}})
+	h.must(Update{RequestID: "c", Kind: KindFinished, Time: at(2), FinishReason: long, ErrorType: long})
+	s := h.statsOf("c")
+	if len(s.Model) > MaxModelLength || len(s.Operation) > MaxNameLength || len(s.FinishReason) > MaxNameLength ||
+		len(s.ErrorType) > MaxNameLength || !utf8.ValidString(s.Model) || !utf8.ValidString(s.FinishReason) {
+		t.Fatalf("names not cut to valid UTF-8 at their caps: model %d, op %d, reason %d, error %d bytes",
+			len(s.Model), len(s.Operation), len(s.FinishReason), len(s.ErrorType))
+	}
+	root, _ := h.treeOf(s)
+	size := 0
+	for _, kv := range root.Attributes() {
+		size += len(kv.Value.Emit())
+		if kv.Key == attributes.RequestStopSequences {
+			got := kv.Value.AsStringSlice()
+			if len(got) != MaxStopSequences || len(got[0]) > MaxStopLength || !utf8.ValidString(got[0]) {
+				t.Errorf("stop sequences %d, first %d bytes", len(got), len(got[0]))
+			}
+		}
+	}
+	if size > 8<<10 {
+		t.Errorf("the root's attributes hold %d bytes", size)
+	}
+	for key, want := range map[attribute.Key]int64{
+		attributes.RequestModel: 1, attributes.OperationName: 1, attributes.FinishReasons: 1,
+		attributes.ErrorType: 1, attributes.RequestStopSequences: 2,
+	} {
+		if got := h.counter(attributes.MetricAttributesTruncated, attributes.TruncatedKey.String(string(key))); got != want {
+			t.Errorf("llm.attributes.truncated{%s} = %d, want %d", key, got, want)
+		}
 	}
 }

@@ -95,8 +95,7 @@ func TestRejections(t *testing.T) {
 		{"kind nine", false, 4, Update{RequestID: "r", Kind: 9, Time: at(9)}, ReasonUnknownKind},
 		{"missing request id", false, 4, Update{Kind: KindDecoding, Time: at(9)}, ReasonMissingRequestID},
 		{"id too long", false, 4, Update{RequestID: long, Kind: KindDecoding, Time: at(9)}, ReasonTooLong},
-		{"model too long", false, 4, Update{RequestID: "r2", Kind: KindArrived, Time: at(9), Model: strings.Repeat("m", MaxModelLength+1)}, ReasonTooLong},
-		{"finish reason too long", false, 8, Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(32), FinishReason: strings.Repeat("s", MaxNameLength+1)}, ReasonTooLong},
+		{"scope too long", false, 4, Update{RequestID: "r2", Kind: KindArrived, Time: at(9), Model: "m", Scope: strings.Repeat("s", MaxNameLength+1)}, ReasonTooLong},
 
 		// Bad timestamps.
 		{"zero time", false, 4, Update{RequestID: "r", Kind: KindDecoding}, ReasonBadTimestamp},
@@ -414,6 +413,7 @@ func TestEngineTokenAfterFrontendFinished(t *testing.T) {
 	})
 	h.checkTree(s, wantRoot{name: "chat m", start: 0, end: 6, status: codes.Error, statusDesc: "abort"}, []wantSpan{
 		spInput(0, 1, 3),
+		spHandoff(1, 2),
 		spQueue(2, 3, "new"),
 		spPrefill(3, 6, 3, 0, 1, false), // [3,17] clamped
 		spDecode(6, 6, 1, 0),            // [17,20] clamped

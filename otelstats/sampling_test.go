@@ -50,6 +50,9 @@ func runRequest(t *testing.T, tr *Tracker, id string, start float64, ttftMs, itl
 		now += itlMs
 	}
 	rec(Update{Kind: KindFinished, Side: SideEngine, Time: at(now), FinishReason: reason})
+	// The frontend (present: it sent ARRIVED) reports no FINISHED here;
+	// end the wait for it as a log's end would.
+	tr.Flush()
 }
 
 func TestSamplingPolicyRules(t *testing.T) {

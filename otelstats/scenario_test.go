@@ -56,6 +56,9 @@ func spInput(s, e float64, tokens int) wantSpan {
 	return wantSpan{name: attributes.SpanInputProcessing, start: s, end: e,
 		attrs: []attribute.KeyValue{attributes.UsageInputTokens.Int(tokens)}}
 }
+func spHandoff(s, e float64) wantSpan {
+	return wantSpan{name: attributes.SpanHandoff, start: s, end: e}
+}
 func spQueue(s, e float64, reason string) wantSpan {
 	return wantSpan{name: attributes.SpanQueue, start: s, end: e,
 		attrs: []attribute.KeyValue{attributes.QueueReason.String(reason)}}
@@ -126,6 +129,7 @@ var scenarios = []scenario{
 		}, noAttrs: []attribute.Key{attributes.ErrorType, attributes.PreemptedTime, attributes.RecomputeCachedTokens, attributes.RequestTopP}},
 		kids: []wantSpan{
 			spInput(0, 2, 12),
+			spHandoff(2, 3),
 			spQueue(3, 7, "new"),
 			spPrefill(7, 26, 12, 8, 1, false),
 			spDecode(26, 45, 3, 0),    // first token → the engine's FINISHED
@@ -164,6 +168,7 @@ var scenarios = []scenario{
 		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 42},
 		kids: []wantSpan{
 			spInput(0, 1, 300),
+			spHandoff(1, 2),
 			spQueue(2, 4, "new"),
 			// One prefill span for the whole run; chunks 2 and 3 are events.
 			spPrefill(4, 31, 300, 64, 3, false, evChunk(14, 1, 256), evChunk(24, 2, 300)),
@@ -215,6 +220,7 @@ var scenarios = []scenario{
 		}},
 		kids: []wantSpan{
 			spInput(0, 1, 10),
+			spHandoff(1, 2),
 			spQueue(2, 5, "new"),
 			spPrefill(5, 21, 10, 4, 1, false),
 			spDecode(21, 35, 2, 0),
@@ -263,6 +269,7 @@ var scenarios = []scenario{
 		}},
 		kids: []wantSpan{
 			spInput(0, 1, 100),
+			spHandoff(1, 2),
 			spQueue(2, 4, "new"),
 			spPrefill(4, 10, 50, 0, 1, false), // cut by the preemption, no decode
 			spQueue(10, 30, "preempted"),
@@ -349,6 +356,7 @@ var scenarios = []scenario{
 			attrs: []attribute.KeyValue{attributes.PreemptedTime.Float64(0.025), attributes.Preemptions.Int(1)}},
 		kids: []wantSpan{
 			spInput(0, 1, 4),
+			spHandoff(1, 2),
 			spQueue(2, 3, "new"),
 			spPrefill(3, 11, 4, 0, 1, false),
 			spDecode(11, 15, 1, 0),
@@ -381,6 +389,7 @@ var scenarios = []scenario{
 			noAttrs: []attribute.Key{attributes.UsageCacheReadInput}},
 		kids: []wantSpan{
 			spInput(0, 1, 5),
+			spHandoff(1, 2),
 			spQueue(2, 9, "new"), // waits until the engine's FINISHED
 		},
 	},
@@ -407,6 +416,7 @@ var scenarios = []scenario{
 			attrs: []attribute.KeyValue{attributes.ErrorType.String("abort")}},
 		kids: []wantSpan{
 			spInput(0, 1, 5),
+			spHandoff(1, 2),
 			spQueue(2, 3, "new"),
 			spPrefill(3, 8, 5, 0, 1, false), // no token: ends at the engine's FINISHED
 		},
@@ -442,6 +452,7 @@ var scenarios = []scenario{
 			attrs: []attribute.KeyValue{attributes.ErrorType.String("abort")}},
 		kids: []wantSpan{
 			spInput(0, 1, 5),
+			spHandoff(1, 2),
 			spQueue(2, 3, "new"),
 			spPrefill(3, 11, 5, 0, 1, false),
 			spDecode(11, 24, 2, 0),
@@ -481,6 +492,7 @@ var scenarios = []scenario{
 		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 32, attrs: []attribute.KeyValue{attributes.UsageOutputTokens.Int(6)}},
 		kids: []wantSpan{
 			spInput(0, 1, 20),
+			spHandoff(1, 2),
 			spQueue(2, 3, "new"),
 			spPrefill(3, 11, 20, 0, 1, false),
 			spDecode(11, 30, 6, 0),
@@ -544,6 +556,7 @@ var scenarios = []scenario{
 		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 35, status: codes.Error, statusDesc: "abort"},
 		kids: []wantSpan{
 			spInput(0, 1, 3),
+			spHandoff(1, 2),
 			spQueue(2, 3, "new"),
 			spPrefill(3, 11, 3, 0, 1, false),
 			spDecode(11, 30, 1, 0), // the last decode ends at the engine's FINISHED
@@ -582,6 +595,7 @@ var scenarios = []scenario{
 		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 22},
 		kids: []wantSpan{
 			spInput(0, 1, 4),
+			spHandoff(1, 2),
 			spQueue(2, 3, "new"),
 			spPrefill(3, 11, 4, 0, 1, false),
 			spDecode(11, 22, 2, 0),

@@ -104,10 +104,12 @@ type chunkEvent struct {
 type reqExtra struct {
 	sampling   *SamplingParams
 	parent     trace.SpanContext
+	link       trace.SpanContext // Arrival.Link
 	feITLs     []time.Duration
 	enITLs     []time.Duration
-	steps      []stepRec // DetailSteps and up: engine decode steps
-	deliveries []int64   // DetailTokens: frontend token deliveries
+	steps      []stepRec  // DetailSteps and up: engine decode steps
+	pending    []delivery // frontend deliveries whose run may not be known yet
+	deliveries []int64    // DetailTokens: frontend token deliveries
 	// Captured content (ContentCapture only): already redacted and capped.
 	input, output string
 }
@@ -131,7 +133,8 @@ type reqState struct {
 	detail Detail
 
 	fe, en             sideState
-	lastSeen           int64
+	lastSeen           int64 // the latest update's own time
+	touched            int64 // when the latest update came, in now()'s terms: the TTL counts from it
 	feTokens, enTokens int64
 	feDeliv, enDeliv   int32
 	feFirst, feLast    int64
@@ -169,6 +172,7 @@ type reqState struct {
 	waitUntil                                          int64
 
 	feReason, enReason, errorType string
+	feOneShot                     int32 // output tokens of a response in one piece (FINISHED's NumOutputTokens)
 
 	prompt          int32 // -1 unknown
 	cached          int32 // -1 never scheduled

@@ -86,8 +86,10 @@ func (t *Tracker) Step(s *Step) error {
 	// and transition; generated tokens are counted once per step. Anything
 	// else goes through the general path, which gives the precise
 	// rejection.
-	fast := validNs(ns) && !t.closed.Load()
+	fast := t.inBound(ns) && !t.closed.Load()
+	now := t.now(ns)
 	var gen int64
+	seen := false
 	for i := range s.Decoded {
 		e := &s.Decoded[i]
 		if q := e.Req; fast && q != nil && q.t == t && q.r != nil && uint(e.NewTokens) <= maxNewTokensStep {
@@ -96,7 +98,12 @@ func (t *Tracker) Step(s *Step) error {
 			if !r.done.Load() && (r.en.last == KindDecoding || r.en.last == KindPrefilling) && ns >= r.en.time {
 				r.en.last, r.en.time = KindDecoding, ns
 				r.lastSeen = max(r.lastSeen, ns)
+				r.touched = max(r.touched, now)
 				gen += t.decoded(r, e.NewTokens, ns, step, batch)
+				seen = true
+				if r.extra != nil {
+					t.settleDeliveries(r, ns)
+				}
 				r.mu.Unlock()
 				continue
 			}
@@ -106,6 +113,9 @@ func (t *Tracker) Step(s *Step) error {
 	}
 	if gen != 0 {
 		t.stepGen.Add(gen)
+	}
+	if seen {
+		t.saw(SideEngine, now)
 	}
 	if len(s.Finished) > 0 {
 		errs = t.stepEntries(s, ns, true, errs)

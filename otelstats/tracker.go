@@ -23,10 +23,17 @@ const recentSize = 128
 
 type recentKey struct{ id, scope, model string }
 
+// heldUpdate is an update waiting for its request's ARRIVED, with when it
+// arrived (in now()'s terms), which its hold window counts from.
+type heldUpdate struct {
+	Update
+	at int64
+}
+
 type shard struct {
 	mu     sync.Mutex
 	reqs   map[string]*reqState
-	held   map[string][]Update
+	held   map[string][]heldUpdate
 	recent [recentSize]recentKey
 	rpos   int
 
@@ -69,6 +76,13 @@ type Tracker struct {
 	closed    atomic.Bool
 	_         [64]byte
 
+	// live is set by WithAutoSweep: expiry runs on clock, the tracker's
+	// own, never on times taken from input (see clock.go).
+	live    bool
+	clock   atomic.Int64
+	aheadNs int64
+	sides   presence
+
 	sweepMu    sync.Mutex
 	inflight   atomic.Int64
 	held       atomic.Int64
@@ -91,7 +105,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 	if cfg.detail == DetailInherit || cfg.detail > DetailTokens {
 		cfg.detail = DetailTree
 	}
-	inst, err := newInstruments(cfg.mp, cfg.agg != nil)
+	inst, err := newInstruments(cfg.mp, cfg.agg != nil, cfg.provider)
 	if err != nil {
 		return nil, err
 	}
@@ -113,11 +127,14 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 		}
 		t.src = &spans.Source{Resource: res, Scope: instrumentation.Scope{Name: ScopeName, Version: Version()}}
 	}
+	t.live = cfg.autoSweep > 0
+	t.clock.Store(t.anchorNs)
+	t.aheadNs = int64(cfg.maxAhead)
 	t.stats = newStatsLog(t)
 	t.sampler = newSampler(cfg.sampling)
 	for i := range t.shards {
 		t.shards[i].reqs = make(map[string]*reqState)
-		t.shards[i].held = make(map[string][]Update)
+		t.shards[i].held = make(map[string][]heldUpdate)
 	}
 	t.trees.New = func() any { return &treeBuf{} }
 	if cfg.autoSweep > 0 {
@@ -179,6 +196,9 @@ func (t *Tracker) Record(u Update) error {
 const hwmSlack = int64(time.Millisecond)
 
 func (t *Tracker) after(ns int64) {
+	if t.live {
+		return // the sweep goroutine keeps time and sweeps
+	}
 	if ns > t.hwm.Load()+hwmSlack {
 		t.advance(ns)
 	}
@@ -193,7 +213,11 @@ func (t *Tracker) record(u *Update, ns int64) error {
 	if t.closed.Load() {
 		return t.rejected(reject(u, u.Side, ReasonClosed, "the tracker is shut down"))
 	}
+	t.capNames(u)
 	side, rerr := check(u)
+	if rerr == nil {
+		rerr = t.aheadReject(u, side, ns)
+	}
 	if rerr != nil {
 		return t.rejected(rerr)
 	}
@@ -218,7 +242,7 @@ func (t *Tracker) record(u *Update, ns int64) error {
 			sh.mu.Unlock()
 			return t.rejected(reject(u, side, ReasonOverloaded, "too many updates waiting for their ARRIVED"))
 		}
-		hu := *u
+		hu := heldUpdate{Update: *u, at: t.now(ns)}
 		hu.Side = side
 		hu.Time = time.Unix(0, ns)
 		sh.held[u.RequestID] = append(sh.held[u.RequestID], hu)
@@ -334,9 +358,12 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 	if op == "" {
 		op = "chat"
 	}
+	// An ARRIVED alone does not make the frontend present: an engine that
+	// records its requests' arrivals itself is no frontend (see clock.go).
+	now := t.now(ns)
 	r := &reqState{
 		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op,
-		arrived: ns, lastSeen: ns, prompt: -1, cached: -1,
+		arrived: ns, lastSeen: ns, touched: now, prompt: -1, cached: -1,
 		fe: sideState{last: KindArrived, time: ns},
 		sh: sh,
 	}
@@ -346,6 +373,9 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 	r.trusted = u.trustParent || t.cfg.trustParent
 	if r.detail == DetailInherit {
 		r.detail = t.cfg.detail
+	}
+	if u.link.IsValid() {
+		r.ext().link = u.link
 	}
 	if parent.IsValid() {
 		r.ext().parent = parent
@@ -371,7 +401,7 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 				continue
 			}
 			t.held.Add(-1)
-			c, rerr := t.apply(r, h, h.Side, t.ns(h.Time))
+			c, rerr := t.apply(r, &h.Update, h.Side, t.ns(h.Time))
 			if rerr != nil {
 				errs = append(errs, rerr)
 			}
@@ -512,7 +542,16 @@ func (sh *shard) oldest() *reqState {
 // (rejected as unknown_request). The tracker sweeps by itself as the times
 // of recorded updates advance; call Sweep when updates may stop coming, or
 // use WithAutoSweep.
-func (t *Tracker) Sweep(now time.Time) { t.sweep(t.ns(now), false) }
+//
+// A live tracker (WithAutoSweep) first moves its own clock to now, if now
+// is later.
+func (t *Tracker) Sweep(now time.Time) {
+	ns := t.ns(now)
+	if t.live {
+		ns = t.tick(now)
+	}
+	t.sweep(ns, false)
+}
 
 // maybeSweep sweeps as of the latest time seen; ns, the update that asks,
 // counts exactly even when the high-water mark lags it.
@@ -557,7 +596,7 @@ func (t *Tracker) sweep(now int64, all bool) {
 					case c.waitUntil != 0 && (all || now >= c.waitUntil):
 						c.done.Store(true)
 						done = append(done, ended{c, ""})
-					case ttl > 0 && now-c.lastSeen >= ttl && c.feFinish == 0 && c.enFinish == 0:
+					case ttl > 0 && now-c.touched >= ttl && c.feFinish == 0 && c.enFinish == 0:
 						c.done.Store(true)
 						done = append(done, ended{c, FinishAbandoned})
 					}
@@ -572,8 +611,8 @@ func (t *Tracker) sweep(now int64, all bool) {
 			keep := hs[:0]
 			for j := range hs {
 				h := &hs[j]
-				if all || now-t.ns(h.Time) >= hold {
-					rejects = append(rejects, reject(h, h.Side, ReasonUnknownRequest, "no ARRIVED within the hold window"))
+				if all || now-h.at >= hold {
+					rejects = append(rejects, reject(&h.Update, h.Side, ReasonUnknownRequest, "no ARRIVED within the hold window"))
 					t.held.Add(-1)
 				} else {
 					keep = append(keep, *h)
@@ -598,7 +637,7 @@ func (t *Tracker) sweep(now int64, all bool) {
 // Flush ends what a replayed log's end ends: every request waiting for its
 // other side's FINISHED finishes now, and every held update is rejected.
 // Requests still in flight stay in flight.
-func (t *Tracker) Flush() { t.sweep(t.hwm.Load(), true) }
+func (t *Tracker) Flush() { t.sweep(t.now(0), true) }
 
 // InFlight returns the number of requests in flight.
 func (t *Tracker) InFlight() int { return int(t.inflight.Load()) }
@@ -656,9 +695,9 @@ func (t *Tracker) autoSweep(every time.Duration) {
 		case <-t.stop:
 			return
 		case now := <-tk.C:
-			t.advance(t.ns(now))
-			t.Sweep(now)
-			t.stats.maybeLog(t.ns(now))
+			ns := t.tick(now)
+			t.sweep(ns, false)
+			t.stats.maybeLog(ns)
 		}
 	}
 }

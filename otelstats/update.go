@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Kind is the kind of a lifecycle update (SPEC §1). Its numeric values are
@@ -148,7 +150,9 @@ func (p *SamplingParams) IsZero() bool {
 //	DECODING         NumNewTokens (0 means 1)
 //	DETOKENIZED      NumNewTokens (0 is a delivery without tokens), Busy
 //	FINISHED         FinishReason (required), ErrorType (optional),
-//	                 NumPromptTokens (optional, when INPUT_PROCESSED gave none)
+//	                 NumPromptTokens (optional, when INPUT_PROCESSED gave none),
+//	                 NumOutputTokens (optional, frontend: a response
+//	                 delivered in one piece, see below)
 type Update struct {
 	RequestID string
 	Kind      Kind
@@ -165,6 +169,13 @@ type Update struct {
 	NumComputedTokens int
 	NumCachedTokens   int
 	NumNewTokens      int
+	// NumOutputTokens, on the frontend's FINISHED, is the size of an output
+	// delivered in one piece rather than streamed (a non-streamed HTTP
+	// response's usage): the tokens count, but they have no token times,
+	// so TTFT, TPOT, ITL, prefill and decode stay absent (SPEC §2) unless
+	// the engine's DECODING times stand in. Ignored when the frontend
+	// delivered tokens with DETOKENIZED.
+	NumOutputTokens int
 	// Busy is the time the detokenizer spent on this delivery, if known.
 	Busy         time.Duration
 	FinishReason string
@@ -176,15 +187,22 @@ type Update struct {
 	batch       int32
 	detail      Detail
 	trustParent bool
+	link        trace.SpanContext
 }
 
-// Limits on update payloads. Longer strings and larger counts are rejected
-// as too long or absurd, so a hostile or broken producer cannot make the
-// tracker hold megabytes per request or export unbounded attributes.
+// Limits on update payloads, so a hostile or broken producer cannot make
+// the tracker hold megabytes per request or export unbounded attributes.
+// Identities — the request id and the scope — longer than their cap are
+// rejected as too_long (cutting could merge two requests); the model,
+// operation, finish reason, error type and stop sequences are cut at their
+// cap (on a UTF-8 boundary) and counted in llm.attributes.truncated, so the
+// request is still traced. Larger counts are rejected as absurd.
 const (
 	MaxIDLength      = 512
 	MaxModelLength   = 256
 	MaxNameLength    = 64 // operation, scope, finish reason, error type
+	MaxStopSequences = 8  // more are dropped
+	MaxStopLength    = 128
 	MaxTokenCount    = 1 << 30
 	maxNewTokensStep = 1 << 20
 )

@@ -24,11 +24,11 @@ func (t *Tree) Emit(ctx context.Context, tracer trace.Tracer) trace.SpanContext 
 		ctx = withPresetIDs(ctx, t.TraceID, t.SpanID)
 	}
 	r := &t.Spans[0]
-	_, root := tracer.Start(ctx, r.Name,
-		trace.WithSpanKind(r.Kind),
-		trace.WithTimestamp(r.Start),
-		trace.WithAttributes(r.Attrs...),
-	)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(r.Kind), trace.WithTimestamp(r.Start), trace.WithAttributes(r.Attrs...)}
+	if t.Link.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: t.Link}))
+	}
+	_, root := tracer.Start(ctx, r.Name, opts...)
 	sc := root.SpanContext()
 	if root.IsRecording() {
 		// Children get a context without the preset ids so they draw fresh

@@ -74,6 +74,9 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 		rootID = NewSpanID()
 	}
 	h.traceID, h.parent = traceID, t.Parent
+	if t.Link.IsValid() {
+		h.links = []sdktrace.Link{{SpanContext: t.Link}}
+	}
 	if t.Parent.IsValid() {
 		h.state = t.Parent.TraceState()
 	}
@@ -116,6 +119,7 @@ type exportTree struct {
 	traceID trace.TraceID
 	state   trace.TraceState
 	parent  trace.SpanContext // the root's (remote) parent, if any
+	links   []sdktrace.Link   // the root's
 	root    *finished
 }
 
@@ -163,7 +167,12 @@ func (f *finished) SpanKind() trace.SpanKind                    { return f.kind 
 func (f *finished) StartTime() time.Time                        { return time.Unix(0, f.start) }
 func (f *finished) EndTime() time.Time                          { return time.Unix(0, f.end) }
 func (f *finished) Attributes() []attribute.KeyValue            { return f.attrs }
-func (f *finished) Links() []sdktrace.Link                      { return nil }
+func (f *finished) Links() []sdktrace.Link {
+	if f == f.h.root {
+		return f.h.links
+	}
+	return nil
+}
 func (f *finished) Events() []sdktrace.Event                    { return f.events }
 func (f *finished) Status() sdktrace.Status                     { return f.status }
 func (f *finished) InstrumentationScope() instrumentation.Scope { return f.h.src.Scope }

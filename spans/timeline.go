@@ -19,6 +19,9 @@ type Timeline struct {
 	SpanID  trace.SpanID
 	// Parent is an incoming remote parent (from traceparent), if any.
 	Parent trace.SpanContext
+	// Link, when valid, is a span the root links to without joining its
+	// trace: an untrusted caller's (see otelstats.Arrival.Link).
+	Link trace.SpanContext
 
 	Start time.Time // ARRIVED
 	End   time.Time // the request's FINISHED (the frontend's when both report)
@@ -33,7 +36,9 @@ type Timeline struct {
 	InputProcessed time.Time // zero if never reported
 	InputTokens    int       // -1 if unknown
 
-	FirstQueued time.Time // zero if never queued
+	// FirstQueued is the first QUEUED, zero if never queued; after a later
+	// InputProcessed the gap between them is the llm.handoff span.
+	FirstQueued time.Time
 	Runs        []Run
 
 	Detokenize *Detokenize // nil if the frontend delivered nothing

@@ -39,6 +39,8 @@ type Tree struct {
 	TraceID trace.TraceID
 	SpanID  trace.SpanID
 	Parent  trace.SpanContext
+	// Link, when valid, is the root's one link.
+	Link trace.SpanContext
 }
 
 // Reset empties t for reuse, keeping its memory.
@@ -49,14 +51,14 @@ func (t *Tree) Reset() {
 	t.Spans = t.Spans[:0]
 	t.evAttrs = t.evAttrs[:0]
 	t.Clamped = 0
-	t.TraceID, t.SpanID, t.Parent = trace.TraceID{}, trace.SpanID{}, trace.SpanContext{}
+	t.TraceID, t.SpanID, t.Parent, t.Link = trace.TraceID{}, trace.SpanID{}, trace.SpanContext{}, trace.SpanContext{}
 }
 
 // Build computes tl's span tree into dst, reusing dst's memory (call
 // dst.Reset first when reusing). It never produces a negative duration or a
 // child outside the root.
 func Build(tl *Timeline, dst *Tree) {
-	dst.TraceID, dst.SpanID, dst.Parent = tl.TraceID, tl.SpanID, tl.Parent
+	dst.TraceID, dst.SpanID, dst.Parent, dst.Link = tl.TraceID, tl.SpanID, tl.Parent, tl.Link
 	start, end := tl.Start, tl.End
 	if end.Before(start) {
 		end = start
@@ -78,6 +80,12 @@ func Build(tl *Timeline, dst *Tree) {
 		if tl.InputTokens >= 0 {
 			s.Attrs = append(s.Attrs, attributes.UsageInputTokens.Int(tl.InputTokens))
 		}
+	}
+
+	// The handoff to the engine, where a waterfall would otherwise show an
+	// unexplained gap (SPEC §3).
+	if !tl.InputProcessed.IsZero() && tl.FirstQueued.After(tl.InputProcessed) {
+		dst.child(start, end, attributes.SpanHandoff, tl.InputProcessed, tl.FirstQueued)
 	}
 
 	// Waits: the first queueing, then one after every preemption.

@@ -40,6 +40,7 @@ func root(s, e float64) want { return want{name: "chat m", start: s, end: e} }
 func input(s, e float64) want {
 	return want{name: attributes.SpanInputProcessing, start: s, end: e}
 }
+func handoff(s, e float64) want { return want{name: attributes.SpanHandoff, start: s, end: e} }
 func queue(s, e float64, reason string) want {
 	return want{name: attributes.SpanQueue, start: s, end: e, attrs: []attribute.KeyValue{attributes.QueueReason.String(reason)}}
 }
@@ -69,7 +70,7 @@ func TestBuild(t *testing.T) {
 			tl: Timeline{Start: ms(0), End: ms(50), EngineEnd: ms(45), InputProcessed: ms(2), InputTokens: 12,
 				FirstQueued: ms(3), Runs: []Run{run(7, 26, -1, 3)},
 				Detokenize: &Detokenize{First: ms(26), Last: ms(46), Busy: 2 * time.Millisecond, Deliveries: 3}},
-			want: []want{root(0, 50), input(0, 2), queue(3, 7, "new"), prefill(7, 26, false, 1),
+			want: []want{root(0, 50), input(0, 2), handoff(2, 3), queue(3, 7, "new"), prefill(7, 26, false, 1),
 				decode(26, 45, 0, 3), // ends at the engine's end, not the root's
 				detokenize(26, 46)},
 		},
@@ -113,7 +114,7 @@ func TestBuild(t *testing.T) {
 		{
 			name: "queued, never scheduled (abort)",
 			tl:   Timeline{Start: ms(0), End: ms(10), EngineEnd: ms(9), InputProcessed: ms(1), InputTokens: -1, FirstQueued: ms(2)},
-			want: []want{root(0, 10), input(0, 1), queue(2, 9, "new")},
+			want: []want{root(0, 10), input(0, 1), handoff(1, 2), queue(2, 9, "new")},
 		},
 		{
 			name: "scheduled, no token (abort during prefill)",

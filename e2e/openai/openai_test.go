@@ -148,6 +148,9 @@ func (s *server) tree(t *testing.T, wantNames ...string) map[string]sdktrace.Rea
 	var names []string
 	for _, sp := range s.rec.Ended() {
 		byName[sp.Name()] = sp
+		if sp.Name() == attributes.SpanHandoff {
+			continue // present whenever the engine queued the request after its input was processed
+		}
 		names = append(names, sp.Name())
 	}
 	slices.Sort(names)

@@ -112,7 +112,7 @@ func TestTracedToyServerSpanTree(t *testing.T) {
 		names = append(names, sp.Name())
 	}
 	slices.Sort(names)
-	wantNames := []string{"chat toy", attributes.SpanDecode, attributes.SpanDetokenize, attributes.SpanInputProcessing, attributes.SpanPrefill, attributes.SpanQueue}
+	wantNames := []string{"chat toy", attributes.SpanDecode, attributes.SpanDetokenize, attributes.SpanHandoff, attributes.SpanInputProcessing, attributes.SpanPrefill, attributes.SpanQueue}
 	if !slices.Equal(names, wantNames) {
 		t.Errorf("spans %v, want %v", names, wantNames)
 	}

@@ -15,6 +15,7 @@ import (
 var Colors = map[Phase]string{
 	PhaseRequest:    "#5b6770",
 	PhaseInput:      "#17a2b8",
+	PhaseHandoff:    "#8fa8b8",
 	PhaseQueue:      "#f0a030",
 	PhasePreempted:  "#d9534f",
 	PhasePrefill:    "#2f6fde",

@@ -23,6 +23,7 @@ type Phase string
 const (
 	PhaseRequest    Phase = "request"
 	PhaseInput      Phase = "input"
+	PhaseHandoff    Phase = "handoff"
 	PhaseQueue      Phase = "queue"
 	PhasePreempted  Phase = "preempted"
 	PhasePrefill    Phase = "prefill"
@@ -137,6 +138,8 @@ func phaseOf(s sdktrace.ReadOnlySpan) Phase {
 	switch s.Name() {
 	case attributes.SpanInputProcessing:
 		return PhaseInput
+	case attributes.SpanHandoff:
+		return PhaseHandoff
 	case attributes.SpanQueue:
 		if v, ok := attr(a, attributes.QueueReason); ok && v.AsString() == attributes.QueueReasonPreempted {
 			return PhasePreempted
@@ -159,7 +162,7 @@ func phaseOf(s sdktrace.ReadOnlySpan) Phase {
 }
 
 func phaseOrder(p Phase) int {
-	return slices.Index([]Phase{PhaseRequest, PhaseInput, PhaseQueue, PhasePrefill, PhaseDecode, PhasePreempted, PhaseRecompute, PhaseDetokenize, PhaseOther}, p)
+	return slices.Index([]Phase{PhaseRequest, PhaseInput, PhaseHandoff, PhaseQueue, PhasePrefill, PhaseDecode, PhasePreempted, PhaseRecompute, PhaseDetokenize, PhaseOther}, p)
 }
 
 func row(s sdktrace.ReadOnlySpan, t0 time.Time, depth int) Row {
@@ -219,6 +222,8 @@ func Glyph(p Phase) rune {
 		return '─'
 	case PhaseInput, PhaseDetokenize:
 		return '▒'
+	case PhaseHandoff:
+		return '┄'
 	case PhaseQueue:
 		return '░'
 	case PhasePreempted:
@@ -232,7 +237,7 @@ func Glyph(p Phase) rune {
 }
 
 // Legend explains the glyphs.
-const Legend = "─ request  ▒ input/detokenize  ░ queued  ╳ preempted  ▓ prefill  █ decode"
+const Legend = "─ request  ▒ input/detokenize  ┄ handoff  ░ queued  ╳ preempted  ▓ prefill  █ decode"
 
 // Text draws w on a terminal: one line per span with its offset from the
 // request's arrival, its duration and a bar barWidth characters wide for the

@@ -80,6 +80,7 @@ func TestFromSpansAndText(t *testing.T) {
 	}{
 		{"chat m", PhaseRequest, 0},
 		{"llm.input_processing", PhaseInput, 0},
+		{"llm.handoff", PhaseHandoff, 2 * time.Millisecond},
 		{"llm.queue (new)", PhaseQueue, 3 * time.Millisecond},
 		{"llm.prefill (100 tok, 32 cached, 2 chunks)", PhasePrefill, 10 * time.Millisecond},
 		{"llm.decode #0 (3 tok)", PhaseDecode, 31 * time.Millisecond},
@@ -102,8 +103,8 @@ func TestFromSpansAndText(t *testing.T) {
 			t.Errorf("row %d depth %d", i, r.Depth)
 		}
 	}
-	if len(w.Rows[3].Marks) != 1 || w.Rows[3].Marks[0] != 20*time.Millisecond {
-		t.Errorf("prefill chunk marks %v, want one at +20ms", w.Rows[3].Marks)
+	if len(w.Rows[4].Marks) != 1 || w.Rows[4].Marks[0] != 20*time.Millisecond {
+		t.Errorf("prefill chunk marks %v, want one at +20ms", w.Rows[4].Marks)
 	}
 
 	w.Title = "a preempted request"
@@ -118,10 +119,10 @@ func TestFromSpansAndText(t *testing.T) {
 	if !strings.Contains(root, "|"+strings.Repeat("─", 40)+"|") || !strings.Contains(root, "91.0ms") {
 		t.Errorf("root line %q should span the whole track", root)
 	}
-	if pre := lines[6]; !strings.Contains(pre, "+55.0ms") || !strings.Contains(pre, "25.0ms") || !strings.Contains(pre, "╳") {
+	if pre := lines[7]; !strings.Contains(pre, "+55.0ms") || !strings.Contains(pre, "25.0ms") || !strings.Contains(pre, "╳") {
 		t.Errorf("preempted line %q", pre)
 	}
-	if dec := lines[8]; !strings.Contains(dec, "█|") {
+	if dec := lines[9]; !strings.Contains(dec, "█|") {
 		t.Errorf("the last decode segment %q should be drawn at the end of the track", dec)
 	}
 	for _, l := range lines[1:] {

@@ -1,0 +1,139 @@
+package otelstats
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// splitSides splits a request's updates, in time order, into what the
+// frontend and the engine record, each in its own order.
+func splitSides(ops []Update) (fe, en []Update) {
+	for _, u := range ops {
+		side := u.Side
+		if side == SideAuto {
+			side = sideOf(u.Kind)
+			if side == SideAuto {
+				side = SideFrontend
+			}
+		}
+		if side == SideEngine {
+			en = append(en, u)
+		} else {
+			fe = append(fe, u)
+		}
+	}
+	return fe, en
+}
+
+// interleave merges two streams, each kept in its own order, as picked by
+// rng (nil: all of a first, then all of b).
+func interleave(a, b []Update, rng *rand.Rand) []Update {
+	out := make([]Update, 0, len(a)+len(b))
+	for len(a) > 0 || len(b) > 0 {
+		takeA := len(b) == 0 || len(a) > 0 && (rng == nil || rng.IntN(2) == 0)
+		if takeA {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return out
+}
+
+// spanShape is what a span tree must keep whatever the delivery order.
+type spanShape struct {
+	name       string
+	start, end time.Time
+	attrs      string
+	events     int
+}
+
+func shapes(root sdktrace.ReadOnlySpan, kids []sdktrace.ReadOnlySpan) []spanShape {
+	var out []spanShape
+	for _, s := range append([]sdktrace.ReadOnlySpan{root}, kids...) {
+		kv := slices.Clone(s.Attributes())
+		slices.SortFunc(kv, func(a, b attribute.KeyValue) int {
+			if a.Key < b.Key {
+				return -1
+			}
+			if a.Key > b.Key {
+				return 1
+			}
+			return 0
+		})
+		out = append(out, spanShape{s.Name(), s.StartTime(), s.EndTime(), fmt.Sprint(kv), len(s.Events())})
+	}
+	slices.SortFunc(out, func(a, b spanShape) int {
+		if c := a.start.Compare(b.start); c != 0 {
+			return c
+		}
+		if a.name < b.name {
+			return -1
+		}
+		if a.name > b.name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// TestTwoStreamsAnyOrder (SPEC §1): the frontend's and the engine's updates
+// travel separately, so either side's FINISHED can reach the tracker before
+// the other side's earlier updates. With the other side present (here, a
+// connected producer of each side), nothing of the request is lost whatever
+// the order the two streams are delivered in: its RequestStats and span
+// tree equal those of the updates recorded in time order.
+func TestTwoStreamsAnyOrder(t *testing.T) {
+	run := func(t *testing.T, ops []Update, finish func(*harness)) (*harness, RequestStats) {
+		h := newHarness(t)
+		defer h.tr.SideConnected(SideFrontend)()
+		defer h.tr.SideConnected(SideEngine)()
+		h.feed(ops)
+		if finish != nil {
+			finish(h)
+		}
+		h.tr.Flush() // a side that never sends FINISHED: the log's end
+		if n := h.rejects(""); n != 0 {
+			t.Fatalf("%d updates rejected", n)
+		}
+		if n := h.tr.InFlight(); n != 0 {
+			t.Fatalf("InFlight = %d", n)
+		}
+		return h, h.statsOf(ops[0].RequestID)
+	}
+	for _, sc := range scenarios {
+		if sc.finish != nil {
+			continue // ended by a Sweep at a chosen time: order-dependent by design
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			h0, want := run(t, sc.ops, nil)
+			r0, k0 := h0.treeOf(want)
+			wantTree := shapes(r0, k0)
+			fe, en := splitSides(sc.ops)
+			orders := map[string][]Update{
+				"frontend's stream first": interleave(fe, en, nil),
+				"engine's stream first":   interleave(en, fe, nil),
+			}
+			for seed := range uint64(8) {
+				orders[fmt.Sprintf("interleaved %d", seed)] = interleave(fe, en, rand.New(rand.NewPCG(seed, 7)))
+			}
+			for name, ops := range orders {
+				t.Run(name, func(t *testing.T) {
+					h, got := run(t, ops, nil)
+					sameStats(t, got, want)
+					r, k := h.treeOf(got)
+					if gotTree := shapes(r, k); !slices.Equal(gotTree, wantTree) {
+						t.Errorf("span tree differs:\n got %v\nwant %v", gotTree, wantTree)
+					}
+				})
+			}
+		})
+	}
+}
