@@ -162,6 +162,7 @@ type Collector struct {
 	readers   sync.Pool    // *bufio.Reader of the stream buffer's size
 	bufSize   int
 	needsAuth func(net.Addr) bool
+	httpSides httpPresence
 
 	n struct {
 		streams, active, hellos, updates, recorded, rejected, dropped atomic.Int64
@@ -481,7 +482,7 @@ func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 		needAuth = false
 	}
 	body := http.MaxBytesReader(w, r.Body, c.cfg.MaxBody)
-	st := c.serveStream(body, "http "+r.RemoteAddr, needAuth)
+	st := c.serve(&stream{c: c, needAuth: needAuth, http: true}, body, "http "+r.RemoteAddr)
 	code := http.StatusAccepted
 	var mbe *http.MaxBytesError
 	switch {
@@ -547,6 +548,7 @@ func (c *Collector) Close(ctx context.Context) error {
 		<-waited
 	}
 
+	c.httpSides.close()
 	c.qmu.Lock()
 	c.closed = true
 	for _, q := range c.queues {

@@ -29,6 +29,11 @@ type stream struct {
 	// needAuth: the stream's first frame or line must be a HELLO carrying
 	// the collector's token; authed once it was.
 	needAuth, authed bool
+	// sides are the sides this stream is a producer of (SPEC §1 presence),
+	// with the tracker's release for each; http says the stream is one
+	// HTTP body, whose presence outlives it (httpPresence).
+	sides [3]func()
+	http  bool
 }
 
 // ServeStream reads one stream (a connection, stdin, an HTTP body) to its end
@@ -40,14 +45,22 @@ func (c *Collector) ServeStream(r io.Reader, name string) StreamStats {
 }
 
 func (c *Collector) serveStream(r io.Reader, name string, needAuth bool) StreamStats {
+	return c.serve(&stream{c: c, needAuth: needAuth}, r, name)
+}
+
+func (c *Collector) serve(s *stream, r io.Reader, name string) StreamStats {
 	c.n.streams.Add(1)
 	c.n.active.Add(1)
 	c.inst.streams.Add(context.Background(), 1)
 	defer func() {
+		for _, release := range s.sides {
+			if release != nil {
+				release()
+			}
+		}
 		c.n.active.Add(-1)
 		c.inst.streams.Add(context.Background(), -1)
 	}()
-	s := &stream{c: c, needAuth: needAuth}
 	s.st.Producer = name
 	// Wait for the first byte before taking a read buffer: an idle or
 	// flooding connection then holds no more than its goroutine.
@@ -222,7 +235,41 @@ func (s *stream) stamped(u *otelstats.Update, st Stamp) {
 	}
 }
 
+// present makes the stream a producer of side (SPEC §1): while it is open,
+// the tracker counts the side as present, so a request the other side
+// finishes waits, within the grace, for this side's late updates. An HTTP
+// body's side stays present a while after it (httpPresence).
+func (s *stream) present(side otelstats.Side) {
+	if side != otelstats.SideFrontend && side != otelstats.SideEngine {
+		return
+	}
+	if s.http {
+		s.c.httpSides.saw(s.c.tr, side)
+	}
+	if s.sides[side] == nil {
+		s.sides[side] = s.c.tr.SideConnected(side)
+	}
+}
+
+// updateSide is the side an update says it comes from: its own, else its
+// kind's. ARRIVED makes no stream a frontend: an engine that records its
+// requests' arrivals itself is not a frontend whose FINISHED to wait for.
+func updateSide(u *otelstats.Update) otelstats.Side {
+	switch {
+	case u.Kind == otelstats.KindArrived:
+		return otelstats.SideAuto
+	case u.Side != otelstats.SideAuto:
+		return u.Side
+	}
+	switch u.Kind {
+	case otelstats.KindQueued, otelstats.KindPrefilling, otelstats.KindPreempted, otelstats.KindDecoding:
+		return otelstats.SideEngine
+	}
+	return otelstats.SideFrontend // INPUT_PROCESSED, DETOKENIZED, FINISHED
+}
+
 func (s *stream) hello(h Hello) {
+	s.present(h.Side)
 	s.clock.hello(h, s.c.cfg.now().UnixNano(), s.c.cfg.AlignClocks)
 	if h.Producer != "" {
 		s.st.Producer = h.Producer
@@ -233,6 +280,7 @@ func (s *stream) hello(h Hello) {
 
 func (s *stream) push(u *otelstats.Update) {
 	c := s.c
+	s.present(updateSide(u))
 	if c.enqueue(u) {
 		s.st.Updates++
 		c.n.updates.Add(1)
