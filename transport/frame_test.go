@@ -88,6 +88,11 @@ func TestDocExample(t *testing.T) {
 	if strings.ToUpper(hex.EncodeToString(got)) != want {
 		t.Fatalf("doc example:\n got % X\nwant %s", got, want)
 	}
+	got = AppendHello(nil, Hello{Producer: "e0", WallNs: 1_700_000_000_000_000_000, MonoNs: 5_000_000_000, Side: otelstats.SideEngine, Token: "s3cret"})
+	want = "0000001C01" + "8080A8B1E39FE7CB17" + "80E497D012" + "026530" + "0102" + "4006" + hex.EncodeToString([]byte("s3cret"))
+	if !strings.EqualFold(hex.EncodeToString(got), want) {
+		t.Fatalf("doc example with side and token:\n got % X\nwant %s", got, want)
+	}
 	u := otelstats.Update{RequestID: "0123456789abcdef", Kind: otelstats.KindDecoding, Side: otelstats.SideEngine}
 	got = AppendUpdate(nil, &u, Stamp{Ns: 8_123_000_123_456, Mono: true})
 	want = "0000001B" + "02" + "06" + "06" + "C0E0A5C4B4EC01" + "10" + hex.EncodeToString([]byte("0123456789abcdef"))
