@@ -144,7 +144,7 @@ type Collector struct {
 	tr     *otelstats.Tracker
 	log    *slog.Logger
 	seed   maphash.Seed
-	queues []chan otelstats.Update
+	queues []chan item
 
 	qmu    sync.RWMutex // held for reading while enqueueing; closed under the write lock
 	closed bool
@@ -226,9 +226,9 @@ func NewCollector(cfg Config) (*Collector, error) {
 		return nil, err
 	}
 	per := max(cfg.QueueSize/cfg.Workers, 1)
-	c.queues = make([]chan otelstats.Update, cfg.Workers)
+	c.queues = make([]chan item, cfg.Workers)
 	for i := range c.queues {
-		q := make(chan otelstats.Update, per)
+		q := make(chan item, per)
 		c.queues[i] = q
 		c.workerWG.Add(1)
 		go c.work(q)
@@ -236,10 +236,68 @@ func NewCollector(cfg Config) (*Collector, error) {
 	return c, nil
 }
 
-func (c *Collector) work(q chan otelstats.Update) {
+// item is what a worker queue carries: an update, or a barrier.
+type item struct {
+	u otelstats.Update
+	b *barrier
+}
+
+// barrier runs release once every worker has recorded what was queued
+// before it: a stream's sides stay present until the tracker has applied
+// all the stream sent (a frontend whose ARRIVED is applied after its
+// stream closed is still present when the engine's held FINISHED follows).
+type barrier struct {
+	n       atomic.Int32
+	release func()
+}
+
+func (b *barrier) pass() {
+	if b.n.Add(-1) == 0 {
+		b.release()
+	}
+}
+
+// afterQueued calls release once everything queued so far is recorded,
+// at once when the collector is closed. It never blocks: when a worker's
+// queue is full, a goroutine waits for room (holding the read lock, so
+// Close cannot close the queues under it).
+func (c *Collector) afterQueued(release func()) {
+	c.qmu.RLock()
+	if c.closed {
+		c.qmu.RUnlock()
+		release()
+		return
+	}
+	b := &barrier{release: release}
+	b.n.Store(int32(len(c.queues)))
+	var full []chan item
+	for _, q := range c.queues {
+		select {
+		case q <- item{b: b}:
+		default:
+			full = append(full, q)
+		}
+	}
+	if len(full) == 0 {
+		c.qmu.RUnlock()
+		return
+	}
+	go func() {
+		defer c.qmu.RUnlock()
+		for _, q := range full {
+			q <- item{b: b}
+		}
+	}()
+}
+
+func (c *Collector) work(q chan item) {
 	defer c.workerWG.Done()
-	for u := range q {
-		if err := c.tr.Record(u); err != nil {
+	for it := range q {
+		if it.b != nil {
+			it.b.pass()
+			continue
+		}
+		if err := c.tr.Record(it.u); err != nil {
 			c.n.rejected.Add(1)
 			var re *otelstats.RejectError
 			if errors.As(err, &re) {
@@ -270,7 +328,7 @@ func (c *Collector) enqueue(u *otelstats.Update) bool {
 		q = c.queues[maphash.String(c.seed, u.RequestID)%uint64(len(c.queues))]
 	}
 	select {
-	case q <- *u:
+	case q <- item{u: *u}:
 		return true
 	default:
 		return false

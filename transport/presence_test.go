@@ -166,3 +166,47 @@ func (h *httpEnv) post(body []byte) {
 		h.t.Fatalf("POST: %d", resp.StatusCode)
 	}
 }
+
+// TestPresenceOutlivesTheStreamUntilApplied: the frontend's stream is read
+// to its end and closed before the tracker applies it (the workers are
+// behind), while the engine's whole request waits in the hold for its
+// ARRIVED. The frontend must stay present until its updates are applied:
+// else its ARRIVED releases the engine's held FINISHED, which ends the
+// request at once, and the frontend's own updates are rejected.
+func TestPresenceOutlivesTheStreamUntilApplied(t *testing.T) {
+	stall := make(chan struct{})
+	stalled := make(chan struct{})
+	var once bool
+	e := newEnv(t, Config{Workers: 1}, otelstats.WithFrontendGrace(time.Hour), otelstats.WithAutoSweep(10*time.Millisecond),
+		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
+			if s.RequestID == "stall" && !once {
+				once = true
+				close(stalled)
+				<-stall
+			}
+		}))
+	t0 := time.Now()
+	fe, en := sideUpdates("p", t0)
+	engine := e.dial()
+	engine.Write(encode(false, &Hello{WallNs: t0.UnixNano(), Side: otelstats.SideEngine}, en))
+	engine.Close()
+	wait(t, "the engine's stream applied", func() bool { return e.c.Stats().Recorded == int64(len(en)) })
+	// A request whose finish stalls the only worker (its FINISHED the
+	// engine's: nothing of the frontend's is accepted before the test's).
+	stall1 := []otelstats.Update{
+		{RequestID: "stall", Kind: otelstats.KindArrived, Time: t0, Model: "m"},
+		{RequestID: "stall", Kind: otelstats.KindFinished, Side: otelstats.SideEngine, Time: t0.Add(time.Millisecond), FinishReason: "stop"},
+	}
+	e.c.ServeStream(bytes.NewReader(encode(false, nil, stall1)), "stall")
+	<-stalled
+	front := e.dial()
+	front.Write(encode(false, &Hello{WallNs: t0.UnixNano(), Side: otelstats.SideFrontend}, fe))
+	front.Close()
+	wait(t, "the frontend's stream read", func() bool { return e.c.Stats().Updates == int64(len(en)+len(stall1)+len(fe)) })
+	wait(t, "the frontend's stream ended", func() bool { return e.c.Stats().ActiveStreams == 0 })
+	close(stall)
+	checkLifecycle(t, e.waitStat("p"), t0)
+	if st := e.c.Stats(); st.Rejected != 0 {
+		t.Errorf("%d rejected", st.Rejected)
+	}
+}

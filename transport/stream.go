@@ -53,11 +53,7 @@ func (c *Collector) serve(s *stream, r io.Reader, name string) StreamStats {
 	c.n.active.Add(1)
 	c.inst.streams.Add(context.Background(), 1)
 	defer func() {
-		for _, release := range s.sides {
-			if release != nil {
-				release()
-			}
-		}
+		s.releaseSides()
 		c.n.active.Add(-1)
 		c.inst.streams.Add(context.Background(), -1)
 	}()
@@ -251,6 +247,25 @@ func (s *stream) present(side otelstats.Side) {
 	}
 }
 
+// releaseSides ends the stream's presence once the tracker has applied
+// what the stream queued.
+func (s *stream) releaseSides() {
+	var held []func()
+	for _, release := range s.sides {
+		if release != nil {
+			held = append(held, release)
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	s.c.afterQueued(func() {
+		for _, release := range held {
+			release()
+		}
+	})
+}
+
 // updateSide is the side an update says it comes from: its own, else its
 // kind's. ARRIVED makes no stream a frontend: an engine that records its
 // requests' arrivals itself is not a frontend whose FINISHED to wait for.
@@ -274,8 +289,18 @@ func (s *stream) hello(h Hello) {
 	if h.Producer != "" {
 		s.st.Producer = h.Producer
 	}
+	if s.st.Hellos == 0 && !s.http {
+		s.c.log.Info("producer connected", "producer", s.st.Producer, "side", sideName(h.Side), "encoding", s.st.Encoding)
+	}
 	s.st.Hellos++
 	s.c.n.hellos.Add(1)
+}
+
+func sideName(s otelstats.Side) string {
+	if s == otelstats.SideAuto {
+		return "unnamed"
+	}
+	return s.String()
 }
 
 func (s *stream) push(u *otelstats.Update) {
