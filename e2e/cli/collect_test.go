@@ -92,6 +92,7 @@ func startCollect(t *testing.T, env []string, args ...string) *collector {
 
 // listenAddr is the address collect logged for network ("unix", "tcp").
 func (c *collector) listenAddr(network string) string {
+	c.waitStderr("msg=listening addr=" + network + ":")
 	for _, line := range strings.Split(c.stderr.String(), "\n") {
 		if !strings.Contains(line, "msg=listening") {
 			continue
@@ -107,6 +108,7 @@ func (c *collector) listenAddr(network string) string {
 
 // httpAddr is the address collect's HTTP server logged.
 func (c *collector) httpAddr() string {
+	c.waitStderr(`msg="serving HTTP"`)
 	a := logValue(c.stderr.String(), "serving HTTP", "addr")
 	if a == "" {
 		c.t.Fatalf("collect logged no HTTP address:\n%s", c.stderr.String())

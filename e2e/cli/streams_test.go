@@ -203,7 +203,7 @@ func TestTwoStreams(t *testing.T) {
 func TestTwoStreamsPastTheGrace(t *testing.T) {
 	dir := shortDir(t)
 	sock := filepath.Join(dir, "c.sock")
-	c := startCollect(t, noExport(), "-listen", "unix:"+sock, "-grace", "300ms")
+	c := startCollect(t, noExport(), "-listen", "unix:"+sock, "-grace", "300ms", "-v")
 	fe, en := sides("late", time.Now().Add(-100*time.Millisecond))
 	front := openStream(t, c, "unix", true, otelstats.SideFrontend, sock)
 	engine := openStream(t, c, "unix", true, otelstats.SideEngine, sock)
@@ -213,7 +213,7 @@ func TestTwoStreamsPastTheGrace(t *testing.T) {
 		t.Errorf("the request has engine numbers before the engine sent any: %v", s)
 	}
 	engine.send(en)
-	c.waitStderr("after_finished")
+	c.waitStderr("after finished")
 	if cnt := c.stopped(); cnt["rejected"] != int64(len(en)) {
 		t.Errorf("final counters %v: want the engine's %d late updates rejected", cnt, len(en))
 	}
