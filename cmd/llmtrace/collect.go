@@ -51,6 +51,7 @@ type collectConfig struct {
 	tokenFile   string
 	prometheus  bool
 	grace, hold time.Duration
+	clockAhead  time.Duration
 	maxInFlight int
 	statsOut    string
 	spansOut    string
@@ -144,6 +145,7 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 	fs.IntVar(&cfg.maxInFlight, "max-in-flight", 0, "requests in flight at most; at the cap an arrival evicts the oldest (default: from -memory-budget)")
 	fs.DurationVar(&cfg.grace, "grace", otelstats.DefaultFrontendGrace, "how long a request one side finished waits for the other side's FINISHED")
 	fs.DurationVar(&cfg.hold, "hold", otelstats.DefaultHoldWindow, "how long an update may precede its request's ARRIVED")
+	fs.DurationVar(&cfg.clockAhead, "max-clock-ahead", otelstats.DefaultMaxClockAhead, "reject (bad_timestamp) an update further ahead of this process's clock: a producer with a skewed clock")
 	fs.StringVar(&cfg.statsOut, "stats-out", "", "write one RequestStats JSON object per finished request to FILE (- for stdout)")
 	fs.StringVar(&cfg.spansOut, "spans-out", "", "write every span as a JSON line to FILE (- for stdout)")
 	fs.DurationVar(&cfg.statsLog, "stats-log", 10*time.Second, "interval of the vLLM-style stats line on stderr (0: off)")
@@ -178,6 +180,8 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 		return bad("-max-in-flight must be positive (0: from -memory-budget)")
 	case cfg.statsLog < 0:
 		return bad("-stats-log must be ≥ 0")
+	case cfg.clockAhead <= 0 || cfg.grace < 0 || cfg.hold < 0:
+		return bad("-max-clock-ahead must be positive, -grace and -hold ≥ 0")
 	}
 	for _, l := range listen {
 		if l == "-" || l == "stdin" {
@@ -316,7 +320,10 @@ func (r *collectRun) setup(ctx context.Context, cfg *collectConfig, stdout io.Wr
 		otelstats.WithFrontendGrace(cfg.grace),
 		otelstats.WithHoldWindow(cfg.hold),
 		otelstats.WithMaxInFlight(cfg.maxInFlight),
+		// Live: waits, holds and TTLs run on the tracker's own clock, never
+		// on times taken from input (replay, without it, keeps the log's).
 		otelstats.WithAutoSweep(100*time.Millisecond),
+		otelstats.WithMaxClockAhead(cfg.clockAhead),
 		otelstats.WithOnReject(func(e *otelstats.RejectError) { r.log.Debug("update rejected", "err", e) }),
 	)
 	if cfg.statsLog > 0 {
