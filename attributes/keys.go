@@ -104,3 +104,27 @@ const (
 // OtherModel is the value of RequestModel on metrics for models outside the
 // configured set, which keeps metric cardinality bounded.
 const OtherModel = "other"
+
+// Reconstruction of engines' single request spans (SPEC §10; package
+// reconstruct).
+const (
+	// Reconstructed marks a child span rebuilt from an engine's request
+	// span rather than recorded from lifecycle updates.
+	Reconstructed attribute.Key = "llm.reconstructed"
+	// ReconstructClamped counts, on the engine's span, the values that
+	// contradicted each other and were clamped or dropped.
+	ReconstructClamped attribute.Key = "llm.reconstruct.clamped"
+	// ReconstructEngine names, on the engine's span, the mapping that
+	// rebuilt its children (vllm, vllm-v0, sglang, tensorrt-llm); its
+	// presence also marks the span as expanded once.
+	ReconstructEngine attribute.Key = "llm.reconstruct.engine"
+
+	// Keys the engines spell on their own request spans (read, never
+	// emitted): vLLM, SGLang and TensorRT-LLM use the pre-1.27 GenAI
+	// usage names.
+	EngineUsagePromptTokens     attribute.Key = "gen_ai.usage.prompt_tokens"
+	EngineUsageCompletionTokens attribute.Key = "gen_ai.usage.completion_tokens"
+	EngineUsageCachedTokens     attribute.Key = "gen_ai.usage.cached_tokens"
+	LatencyTimeInScheduler      attribute.Key = "gen_ai.latency.time_in_scheduler"
+	LatencyTimeInModelForward   attribute.Key = "gen_ai.latency.time_in_model_forward"
+)

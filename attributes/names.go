@@ -6,11 +6,11 @@ const (
 	// SpanHandoff is the request travelling from the frontend to the
 	// engine's scheduler: INPUT_PROCESSED → first QUEUED, when that gap is
 	// not zero.
-	SpanHandoff = "llm.handoff"
-	SpanQueue           = "llm.queue"
-	SpanPrefill         = "llm.prefill"
-	SpanDecode          = "llm.decode"
-	SpanDetokenize      = "llm.detokenize"
+	SpanHandoff    = "llm.handoff"
+	SpanQueue      = "llm.queue"
+	SpanPrefill    = "llm.prefill"
+	SpanDecode     = "llm.decode"
+	SpanDetokenize = "llm.detokenize"
 
 	// EventPrefillChunk marks each further chunk of a chunked prefill.
 	EventPrefillChunk = "llm.prefill.chunk"

@@ -30,6 +30,7 @@ const (
 	dashboardPath        = "grafana/dashboards/llmtrace.json"
 	datasourcesPath      = "grafana/provisioning/datasources/datasources.yaml"
 	prometheusConfigPath = "prometheus/prometheus.yml"
+	vllmRulesPath        = "prometheus/vllm.rules.yml"
 )
 
 // ---------------------------------------------------------------------------
@@ -68,6 +69,7 @@ func instruments() []instrument {
 	}
 	req := [][]attribute.KeyValue{base}
 	none := [][]attribute.KeyValue{nil}
+	decode := [][]attribute.KeyValue{with(attributes.PDRole.String("decode"))}
 	s, tok := attributes.UnitSeconds, attributes.UnitToken
 	return []instrument{
 		{attributes.MetricTimeToFirstToken, histogram, s, attributes.TimeToFirstTokenBuckets(), req},
@@ -101,6 +103,19 @@ func instruments() []instrument {
 		{attributes.MetricRequestsEvicted, counter, attributes.UnitRequest, nil, none},
 		{attributes.MetricAttributesTruncated, counter, "{attribute}", nil,
 			[][]attribute.KeyValue{{attributes.TruncatedKey.String(string(attributes.RequestModel))}}},
+
+		// SPEC §7–9, with the decode instance's role.
+		{attributes.MetricKVTransferDuration, histogram, s, attributes.PhaseDurationBuckets(), decode},
+		{attributes.MetricKVTransferTokens, counter, tok, nil, decode},
+		{attributes.MetricKVTransferBytes, counter, attributes.UnitByte, nil, decode},
+		{attributes.MetricKVTransferFailures, counter, attributes.UnitTransfer, nil, decode},
+		{attributes.MetricSpecDraftTokens, counter, tok, nil, req},
+		{attributes.MetricSpecAcceptedTokens, counter, tok, nil, req},
+		{attributes.MetricSpecSteps, counter, attributes.UnitStep, nil, req},
+		{attributes.MetricSpecAcceptedPerPosition, counter, tok, nil,
+			[][]attribute.KeyValue{with(attributes.SpecPosition.Int(0)), with(attributes.SpecPosition.Int(1))}},
+		{attributes.MetricSpecAcceptanceRate, histogram, attributes.UnitRatio, attributes.AcceptanceRateBuckets(), req},
+		{attributes.MetricEncodeDuration, histogram, s, attributes.PhaseDurationBuckets(), req},
 	}
 }
 
@@ -191,29 +206,39 @@ func exposition(t *testing.T) map[string]family {
 // (and the report in deploy/README.md) can see them. The test fails when the
 // exporter or package attributes disagree with this list.
 var wantSeries = map[string]string{
-	"gen_ai_server_time_to_first_token_seconds":   "HISTOGRAM",
-	"gen_ai_server_time_per_output_token_seconds": "HISTOGRAM",
-	"gen_ai_server_request_duration_seconds":      "HISTOGRAM",
-	"llm_server_inter_token_latency_seconds":      "HISTOGRAM",
-	"llm_server_queue_duration_seconds":           "HISTOGRAM",
-	"llm_server_prefill_duration_seconds":         "HISTOGRAM",
-	"llm_server_decode_duration_seconds":          "HISTOGRAM",
-	"llm_server_inference_duration_seconds":       "HISTOGRAM",
-	"llm_server_requests_total":                   "COUNTER",
-	"llm_server_preemptions_total":                "COUNTER",
-	"llm_server_prompt_tokens_total":              "COUNTER",
-	"llm_server_generation_tokens_total":          "COUNTER",
-	"llm_server_prefix_cache_queries_total":       "COUNTER",
-	"llm_server_prefix_cache_hits_total":          "COUNTER",
-	"llm_server_requests_running":                 "GAUGE",
-	"llm_server_requests_waiting":                 "GAUGE",
-	"llm_server_kv_cache_usage_ratio":             "GAUGE",
-	"llm_rejected_updates_total":                  "COUNTER",
-	"llm_spans_dropped_total":                     "COUNTER",
-	"llm_spans_clamped_total":                     "COUNTER",
-	"llm_server_requests_evicted_total":           "COUNTER",
-	"llm_attributes_truncated_total":              "COUNTER",
-	"target_info":                                 "GAUGE",
+	"gen_ai_server_time_to_first_token_seconds":                 "HISTOGRAM",
+	"gen_ai_server_time_per_output_token_seconds":               "HISTOGRAM",
+	"gen_ai_server_request_duration_seconds":                    "HISTOGRAM",
+	"llm_server_inter_token_latency_seconds":                    "HISTOGRAM",
+	"llm_server_queue_duration_seconds":                         "HISTOGRAM",
+	"llm_server_prefill_duration_seconds":                       "HISTOGRAM",
+	"llm_server_decode_duration_seconds":                        "HISTOGRAM",
+	"llm_server_inference_duration_seconds":                     "HISTOGRAM",
+	"llm_server_requests_total":                                 "COUNTER",
+	"llm_server_preemptions_total":                              "COUNTER",
+	"llm_server_prompt_tokens_total":                            "COUNTER",
+	"llm_server_generation_tokens_total":                        "COUNTER",
+	"llm_server_prefix_cache_queries_total":                     "COUNTER",
+	"llm_server_prefix_cache_hits_total":                        "COUNTER",
+	"llm_server_requests_running":                               "GAUGE",
+	"llm_server_requests_waiting":                               "GAUGE",
+	"llm_server_kv_cache_usage_ratio":                           "GAUGE",
+	"llm_rejected_updates_total":                                "COUNTER",
+	"llm_spans_dropped_total":                                   "COUNTER",
+	"llm_spans_clamped_total":                                   "COUNTER",
+	"llm_server_requests_evicted_total":                         "COUNTER",
+	"llm_attributes_truncated_total":                            "COUNTER",
+	"llm_server_kv_transfer_duration_seconds":                   "HISTOGRAM",
+	"llm_server_kv_transfer_tokens_total":                       "COUNTER",
+	"llm_server_kv_transfer_bytes_total":                        "COUNTER",
+	"llm_server_kv_transfer_failures_total":                     "COUNTER",
+	"llm_server_spec_decode_draft_tokens_total":                 "COUNTER",
+	"llm_server_spec_decode_accepted_tokens_total":              "COUNTER",
+	"llm_server_spec_decode_steps_total":                        "COUNTER",
+	"llm_server_spec_decode_accepted_tokens_per_position_total": "COUNTER",
+	"llm_server_spec_decode_acceptance_rate":                    "HISTOGRAM",
+	"llm_server_encode_duration_seconds":                        "HISTOGRAM",
+	"target_info":                                               "GAUGE",
 }
 
 func TestExporterNames(t *testing.T) {
@@ -404,6 +429,7 @@ func promExprs(t *testing.T, d dashboard) []promExpr {
 		}
 	}
 	labelValues := regexp.MustCompile(`^label_values\((.*),\s*([a-zA-Z_][a-zA-Z0-9_]*)\)$`)
+	queryResult := regexp.MustCompile(`^query_result\((.*)\)$`)
 	for _, v := range d.Templating.List {
 		if v.Type != "query" || v.Datasource.Type != "prometheus" {
 			continue
@@ -418,9 +444,13 @@ func promExprs(t *testing.T, d dashboard) []promExpr {
 			}
 			q.Query = s
 		}
+		if m := queryResult.FindStringSubmatch(strings.TrimSpace(q.Query)); m != nil {
+			out = append(out, promExpr{fmt.Sprintf("variable %s", v.Name), m[1]})
+			continue
+		}
 		m := labelValues.FindStringSubmatch(strings.TrimSpace(q.Query))
 		if m == nil {
-			t.Fatalf("variable %s: want label_values(series, label), got %q", v.Name, q.Query)
+			t.Fatalf("variable %s: want label_values(series, label) or query_result(expr), got %q", v.Name, q.Query)
 		}
 		out = append(out, promExpr{fmt.Sprintf("variable %s", v.Name), m[1]})
 	}
@@ -622,18 +652,20 @@ type promQuery struct {
 }
 
 var (
-	reString    = regexp.MustCompile("\"(?:[^\"\\\\]|\\\\.)*\"|'(?:[^'\\\\]|\\\\.)*'|`[^`]*`")
-	reVariable  = regexp.MustCompile(`\$\{?[A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z]+)?\}?`)
-	reSelector  = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)?\s*\{([^}]*)\}`)
-	reMatcher   = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)`)
-	reGrouping  = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
-	reRange     = regexp.MustCompile(`\[[^\]]*\]`)
-	reOffset    = regexp.MustCompile(`\b(offset|@)\s*-?[0-9A-Za-z_.()]+`)
-	reNumber    = regexp.MustCompile(`(^|[^A-Za-z0-9_:])(?:0[xX][0-9a-fA-F]+|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+)`)
-	reIdent     = regexp.MustCompile(`[A-Za-z_:][A-Za-z0-9_:]*`)
-	reRated     = regexp.MustCompile(`\b(?:rate|irate|increase|delta|idelta|deriv|resets)\s*\(\s*([A-Za-z_:][A-Za-z0-9_:]*)`)
-	reQuantiled = regexp.MustCompile(`histogram_quantile\s*\([^,]*,\s*(?:[a-z_]+\s*(?:by|without)?\s*(?:\([^)]*\))?\s*\(\s*)*(?:rate|irate|increase)\s*\(\s*([A-Za-z_:][A-Za-z0-9_:]*)`)
-	promKeyword = map[string]bool{
+	reString   = regexp.MustCompile("\"(?:[^\"\\\\]|\\\\.)*\"|'(?:[^'\\\\]|\\\\.)*'|`[^`]*`")
+	reVariable = regexp.MustCompile(`\$\{?[A-Za-z_][A-Za-z0-9_]*(?::[A-Za-z]+)?\}?`)
+	reSelector = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)?\s*\{([^}]*)\}`)
+	reMatcher  = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)`)
+	// Only plain alternations of names: anything else fails the metric check.
+	reNameMatcher = regexp.MustCompile(`__name__\s*=~?\s*"([^"]*)"`)
+	reGrouping    = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
+	reRange       = regexp.MustCompile(`\[[^\]]*\]`)
+	reOffset      = regexp.MustCompile(`\b(offset|@)\s*-?[0-9A-Za-z_.()]+`)
+	reNumber      = regexp.MustCompile(`(^|[^A-Za-z0-9_:])(?:0[xX][0-9a-fA-F]+|[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+)`)
+	reIdent       = regexp.MustCompile(`[A-Za-z_:][A-Za-z0-9_:]*`)
+	reRated       = regexp.MustCompile(`\b(?:rate|irate|increase|delta|idelta|deriv|resets)\s*\(\s*([A-Za-z_:][A-Za-z0-9_:]*)`)
+	reQuantiled   = regexp.MustCompile(`histogram_quantile\s*\([^,]*,\s*(?:[a-z_]+\s*(?:by|without)?\s*(?:\([^)]*\))?\s*\(\s*)*(?:rate|irate|increase)\s*\(\s*([A-Za-z_:][A-Za-z0-9_:]*)`)
+	promKeyword   = map[string]bool{
 		"and": true, "or": true, "unless": true, "bool": true, "by": true, "without": true,
 		"on": true, "ignoring": true, "group_left": true, "group_right": true, "offset": true,
 		"inf": true, "nan": true, "atan2": true,
@@ -642,6 +674,14 @@ var (
 
 func parsePromQL(expr string) promQuery {
 	var q promQuery
+	// Names selected by {__name__=~"a|b"} are metrics too.
+	for _, m := range reNameMatcher.FindAllStringSubmatch(expr, -1) {
+		for _, name := range strings.Split(m[1], "|") {
+			if !slices.Contains(q.metrics, name) {
+				q.metrics = append(q.metrics, name)
+			}
+		}
+	}
 	s := reString.ReplaceAllString(expr, `""`)
 	s = reVariable.ReplaceAllString(s, "1m")
 	for _, m := range reGrouping.FindAllStringSubmatch(s, -1) {
@@ -697,6 +737,10 @@ func TestParsePromQL(t *testing.T) {
 	if !slices.Equal(q.metrics, []string{"hits_total", "queries_total"}) || !slices.Equal(q.rated, []string{"hits_total", "queries_total"}) {
 		t.Errorf("ratio: %+v", q)
 	}
+	q = parsePromQL(`group by (job) ({__name__=~"a_total|b_total"}) and on (job) label_replace(c, "x", "$1", "y", "(.*)")`)
+	if !slices.Equal(q.metrics, []string{"a_total", "b_total", "c"}) {
+		t.Errorf("name matcher: %+v", q)
+	}
 	q = parsePromQL(`max(g{a!="b"}) / on(job) group_left(model) info`)
 	if !slices.Equal(q.metrics, []string{"g", "info"}) || !slices.Equal(q.grouping, []string{"job", "model"}) || len(q.rated) != 0 {
 		t.Errorf("join: %+v", q)
@@ -723,8 +767,10 @@ func TestPrometheusConfig(t *testing.T) {
 	bin := promtool(t)
 	// Read it here too: go test's cache only notices files the test
 	// process itself opens, not those promtool reads.
-	if _, err := os.ReadFile(prometheusConfigPath); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{prometheusConfigPath, vllmRulesPath} {
+		if _, err := os.ReadFile(f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out, err := exec.Command(bin, "check", "config", prometheusConfigPath).CombinedOutput()
 	if err != nil {
@@ -742,13 +788,16 @@ func TestDashboardPromQL(t *testing.T) {
 	replacer := strings.NewReplacer(
 		"$__rate_interval", "1m", "$__interval", "15s", "$__range", "15m",
 		"${service}", ".*", "$service", ".*", "${model}", ".*", "$model", ".*",
+		"$job", ".*", "$instance", ".*",
 	)
+	// $1 and the like are label_replace's, not Grafana's.
+	grafanaVar := regexp.MustCompile(`\$(?:\{|[A-Za-z_])`)
 	var rules strings.Builder
 	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
 	exprs := promExprs(t, d)
 	for i, pe := range exprs {
 		expr := replacer.Replace(pe.expr)
-		if strings.Contains(expr, "$") {
+		if grafanaVar.MatchString(expr) {
 			t.Errorf("%s: unknown Grafana variable in %q", pe.where, pe.expr)
 		}
 		js, _ := json.Marshal(expr) // a JSON string is a valid YAML scalar

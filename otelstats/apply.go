@@ -4,97 +4,13 @@ import (
 	"math"
 	"strconv"
 	"time"
-	"unicode/utf8"
-
-	"go.opentelemetry.io/otel/attribute"
-
-	"github.com/llmtrace/llmtrace/attributes"
 )
 
-// check validates what can be validated without the request's state, and
-// resolves SideAuto.
-func check(u *Update) (Side, *RejectError) {
-	side := u.Side
-	if !u.Kind.Valid() {
-		return side, reject(u, side, ReasonUnknownKind, "")
-	}
-	if u.RequestID == "" {
-		return side, reject(u, side, ReasonMissingRequestID, "")
-	}
-	if len(u.RequestID) > MaxIDLength {
-		return side, reject(u, side, ReasonTooLong, "request id longer than "+strconv.Itoa(MaxIDLength)+" bytes")
-	}
-	own := sideOf(u.Kind)
-	switch {
-	case side > SideEngine:
-		return side, reject(u, side, ReasonWrongSide, "unknown side")
-	case side == SideAuto && own == SideAuto:
-		side = SideFrontend
-	case side == SideAuto:
-		side = own
-	case own != SideAuto && side != own:
-		return side, reject(u, side, ReasonWrongSide, u.Kind.String()+" is recorded by the "+own.String())
-	}
-	if len(u.Scope) > MaxNameLength {
-		return side, reject(u, side, ReasonTooLong, "scope longer than "+strconv.Itoa(MaxNameLength)+" bytes")
-	}
-	if u.Time.IsZero() || u.Time.Before(minTime) || u.Time.After(maxTime) {
-		return side, reject(u, side, ReasonBadTimestamp, "time must lie between 1970 and 2200")
-	}
-	switch u.Kind {
-	case KindArrived:
-		if u.Model == "" {
-			return side, reject(u, side, ReasonMissingPayload, "ARRIVED needs a model")
-		}
-	case KindInputProcessed:
-		if r := checkCount(u, side, u.NumPromptTokens, MaxTokenCount, "num_prompt_tokens"); r != nil {
-			return side, r
-		}
-	case KindPrefilling:
-		if r := checkCount(u, side, u.NumComputedTokens, MaxTokenCount, "num_computed_tokens"); r != nil {
-			return side, r
-		}
-		if r := checkCount(u, side, u.NumCachedTokens, MaxTokenCount, "num_cached_tokens"); r != nil {
-			return side, r
-		}
-		if u.NumCachedTokens > u.NumComputedTokens {
-			return side, reject(u, side, ReasonCachedExceedsComputed,
-				strconv.Itoa(u.NumCachedTokens)+" cached > "+strconv.Itoa(u.NumComputedTokens)+" computed")
-		}
-	case KindDecoding, KindDetokenized:
-		if r := checkCount(u, side, u.NumNewTokens, maxNewTokensStep, "num_new_tokens"); r != nil {
-			return side, r
-		}
-		if u.Busy < 0 {
-			return side, reject(u, side, ReasonNegativeCount, "negative busy time")
-		}
-	case KindFinished:
-		if u.FinishReason == "" {
-			return side, reject(u, side, ReasonMissingPayload, "FINISHED needs a finish_reason")
-		}
-		if r := checkCount(u, side, u.NumPromptTokens, MaxTokenCount, "num_prompt_tokens"); r != nil {
-			return side, r
-		}
-		if r := checkCount(u, side, u.NumOutputTokens, MaxTokenCount, "num_output_tokens"); r != nil {
-			return side, r
-		}
-	}
-	return side, nil
-}
-
-func checkCount(u *Update, side Side, n, limit int, name string) *RejectError {
-	if n < 0 {
-		return reject(u, side, ReasonNegativeCount, name+" is "+strconv.Itoa(n))
-	}
-	if n > limit {
-		return reject(u, side, ReasonAbsurdCount, name+" is "+strconv.Itoa(n))
-	}
-	return nil
-}
-
 // allowed[side][kind] is the set of previous kinds on that side from which
-// kind may follow (SPEC §1). Bit 0 stands for "nothing yet".
-var allowed = func() (a [3][9]uint16) {
+// kind may follow (SPEC §1, §7). Bit 0 stands for "nothing yet". ENCODING
+// and ENCODED are not in it: an encoder run brackets part of the engine's
+// life without changing its state (see admitEncoder).
+var allowed = func() (a [3][kindCount]uint16) {
 	bit := func(ks ...Kind) (b uint16) {
 		for _, k := range ks {
 			b |= 1 << k
@@ -106,12 +22,19 @@ var allowed = func() (a [3][9]uint16) {
 	a[SideFrontend][KindDetokenized] = bit(KindArrived, KindInputProcessed, KindDetokenized)
 	a[SideFrontend][KindFinished] = bit(KindArrived, KindInputProcessed, KindDetokenized)
 	a[SideEngine][KindQueued] = bit(none)
-	a[SideEngine][KindPrefilling] = bit(KindQueued, KindPrefilling, KindPreempted)
+	a[SideEngine][KindRemoteKVWait] = bit(KindQueued)
+	a[SideEngine][KindRemoteKVReady] = bit(KindRemoteKVWait)
+	a[SideEngine][KindPrefilling] = bit(KindQueued, KindPrefilling, KindPreempted, KindRemoteKVReady)
 	a[SideEngine][KindDecoding] = bit(KindPrefilling, KindDecoding)
 	a[SideEngine][KindPreempted] = bit(KindPrefilling, KindDecoding)
-	a[SideEngine][KindFinished] = bit(none, KindQueued, KindPrefilling, KindDecoding, KindPreempted)
+	a[SideEngine][KindFinished] = bit(none, KindQueued, KindPrefilling, KindDecoding, KindPreempted,
+		KindRemoteKVWait, KindRemoteKVReady)
 	return a
 }()
+
+// encoderStates are the engine states an encoder run may start or end in:
+// before or during prefill (SPEC §9).
+var encoderStates = uint16(1<<0 | 1<<KindQueued | 1<<KindRemoteKVReady | 1<<KindPrefilling | 1<<KindPreempted)
 
 // apply checks u against r's state and, when it is allowed, applies it. It
 // reports whether r is now complete (to be finalized). Called with r.mu
@@ -121,45 +44,110 @@ func (t *Tracker) apply(r *reqState, u *Update, side Side, ns int64) (bool, *Rej
 	if side == SideEngine {
 		st = &r.en
 	}
-	if st.last == KindFinished {
-		return false, reject(u, side, ReasonAfterFinished, "the "+side.String()+" already reported FINISHED")
+	if rerr := t.admit(r, st, u, side, ns); rerr != nil {
+		return false, rerr
 	}
-	if allowed[side][u.Kind]&(1<<st.last) == 0 {
-		prev := "nothing"
-		if st.last != 0 {
-			prev = st.last.String()
-		}
-		return false, reject(u, side, ReasonBadTransition, u.Kind.String()+" after "+prev)
-	}
-	if ns < st.time {
-		return false, reject(u, side, ReasonTimeBackwards,
-			"at "+time.Duration(st.time-ns).String()+" before the side's previous update")
-	}
-	generated := max(r.enTokens, r.feTokens)
-	switch u.Kind {
-	case KindPrefilling:
-		if r.prompt >= 0 && int64(u.NumComputedTokens) > int64(r.prompt)+generated {
-			return false, reject(u, side, ReasonComputedExceedsTokens,
-				strconv.Itoa(u.NumComputedTokens)+" computed > "+strconv.Itoa(int(r.prompt))+" prompt + "+strconv.FormatInt(generated, 10)+" generated")
-		}
-	case KindDecoding, KindPreempted:
-		if side == SideEngine && len(r.runs) == 0 {
-			return false, reject(u, side, ReasonBadTransition, u.Kind.String()+" before any PREFILLING")
-		}
-	}
-
-	// Accepted: apply.
 	prev := st.last
-	st.last, st.time = u.Kind, ns
-	if ns > r.lastSeen {
-		r.lastSeen = ns
+	if u.Kind != KindEncoding && u.Kind != KindEncoded {
+		st.last = u.Kind
 	}
+	st.time = ns
+	r.lastSeen = max(r.lastSeen, ns)
 	now := t.now(ns)
 	r.touched = max(r.touched, now)
 	t.saw(side, now)
-	if side == SideFrontend && u.Kind != KindArrived {
+	if side == SideFrontend {
 		r.feReported = true
 	}
+	if u.Kind == KindFinished {
+		return t.finished(r, u, side, now), nil
+	}
+	t.applyKind(r, u, ns, prev)
+	if side == SideEngine {
+		t.settleDeliveries(r, ns)
+	}
+	return false, nil
+}
+
+// admit checks u against r's state: the side's lifecycle, its time order,
+// and the rules that depend on what the request reported before.
+func (t *Tracker) admit(r *reqState, st *sideState, u *Update, side Side, ns int64) *RejectError {
+	if st.last == KindFinished {
+		return reject(u, side, ReasonAfterFinished, "the "+side.String()+" already reported FINISHED")
+	}
+	if u.Kind == KindRemoteKVWait && r.kv() != nil {
+		return reject(u, side, ReasonDuplicateTransfer, "the request's KV cache was already transferred")
+	}
+	if rerr := admitMove(r, st, u, side); rerr != nil {
+		return rerr
+	}
+	if ns < st.time {
+		return reject(u, side, ReasonTimeBackwards,
+			"at "+time.Duration(st.time-ns).String()+" before the side's previous update")
+	}
+	return t.stateRules(r, u, side)
+}
+
+// admitMove checks that u's kind may follow the side's previous one.
+func admitMove(r *reqState, st *sideState, u *Update, side Side) *RejectError {
+	prev := "nothing"
+	if st.last != 0 {
+		prev = st.last.String()
+	}
+	switch u.Kind {
+	case KindEncoding, KindEncoded:
+		open := r.encOpen()
+		switch {
+		case encoderStates&(1<<st.last) == 0:
+			return reject(u, side, ReasonBadTransition, u.Kind.String()+" after "+prev+": an encoder runs before or during prefill")
+		case u.Kind == KindEncoding && open:
+			return reject(u, side, ReasonBadTransition, "ENCODING while an encoder run is open")
+		case u.Kind == KindEncoded && !open:
+			return reject(u, side, ReasonBadTransition, "ENCODED without ENCODING")
+		}
+		return nil
+	}
+	if allowed[side][u.Kind]&(1<<st.last) == 0 {
+		return reject(u, side, ReasonBadTransition, u.Kind.String()+" after "+prev)
+	}
+	return nil
+}
+
+// stateRules are the payload rules that depend on the request's earlier
+// updates (SPEC §1, §7).
+func (t *Tracker) stateRules(r *reqState, u *Update, side Side) *RejectError {
+	switch u.Kind {
+	case KindPrefilling:
+		generated := max(r.enTokens, r.feTokens)
+		if r.prompt >= 0 && int64(u.NumComputedTokens) > int64(r.prompt)+generated {
+			return reject(u, side, ReasonComputedExceedsTokens,
+				strconv.Itoa(u.NumComputedTokens)+" computed > "+strconv.Itoa(int(r.prompt))+" prompt + "+strconv.FormatInt(generated, 10)+" generated")
+		}
+		if kv := r.kv(); kv != nil && len(r.runs) == 0 && !kv.failed && kv.ready != 0 &&
+			int64(kv.tokens)+int64(u.NumCachedTokens) > int64(u.NumComputedTokens) {
+			return reject(u, side, ReasonRemoteExceedsComputed, strconv.Itoa(int(kv.tokens))+" remote + "+
+				strconv.Itoa(u.NumCachedTokens)+" cached > "+strconv.Itoa(u.NumComputedTokens)+" computed")
+		}
+	case KindDecoding, KindPreempted:
+		if side == SideEngine && len(r.runs) == 0 {
+			return reject(u, side, ReasonBadTransition, u.Kind.String()+" before any PREFILLING")
+		}
+	case KindRemoteKVWait, KindRemoteKVReady:
+		if r.prompt >= 0 && u.NumRemoteTokens > int(r.prompt) {
+			return reject(u, side, ReasonRemoteExceedsPrompt,
+				strconv.Itoa(u.NumRemoteTokens)+" remote > "+strconv.Itoa(int(r.prompt))+" prompt tokens")
+		}
+	case KindInputProcessed:
+		if kv := r.kv(); kv != nil && int(kv.tokens) > u.NumPromptTokens {
+			return reject(u, side, ReasonRemoteExceedsPrompt,
+				strconv.Itoa(int(kv.tokens))+" remote > "+strconv.Itoa(u.NumPromptTokens)+" prompt tokens")
+		}
+	}
+	return nil
+}
+
+// applyKind applies an accepted update of any kind but FINISHED.
+func (t *Tracker) applyKind(r *reqState, u *Update, ns int64, prev Kind) {
 	switch u.Kind {
 	case KindInputProcessed:
 		r.inputProcessed = ns
@@ -177,43 +165,54 @@ func (t *Tracker) apply(r *reqState, u *Update, side Side, ns int64) (bool, *Rej
 		t.applyPrefill(r, u, ns, prev == KindPrefilling)
 	case KindDecoding:
 		r.sh.genTok.Add(t.decoded(r, u.NumNewTokens, ns, u.step, u.batch))
+		if u.NumDraftTokens > 0 {
+			t.specStep(r, u.NumDraftTokens, u.NumAcceptedTokens)
+		}
 	case KindPreempted:
 		r.preemptions++
 		r.curRun().end = ns
 		r.sh.preempts.Add(1)
 	case KindDetokenized:
 		t.delivered(r, u.NumNewTokens, u.Busy, ns)
-	case KindFinished:
-		if side == SideFrontend {
-			r.feFinish, r.feReason = ns, u.FinishReason
-			if u.ErrorType != "" {
-				r.errorType = u.ErrorType
-			}
-		} else {
-			r.enFinish, r.enReason = ns, u.FinishReason
-			if r.errorType == "" {
-				r.errorType = u.ErrorType
-			}
+	case KindRemoteKVWait:
+		r.ext().kv = &kvState{source: u.KVSource, wait: ns, tokens: int32(u.NumRemoteTokens)}
+	case KindRemoteKVReady:
+		t.kvReady(r, u, ns)
+	case KindEncoding:
+		r.ext().encoder().begin(ns, u.NumItems, u.NumEncoderTokens)
+	case KindEncoded:
+		r.extra.enc.end(ns, u.EncoderCacheHit)
+	}
+}
+
+// finished applies a FINISHED and reports whether the request is complete.
+func (t *Tracker) finished(r *reqState, u *Update, side Side, now int64) bool {
+	ns := r.lastSeen
+	if side == SideFrontend {
+		ns = r.fe.time
+		r.feFinish, r.feReason = ns, u.FinishReason
+		if u.ErrorType != "" {
+			r.errorType = u.ErrorType
 		}
-		if r.prompt < 0 && u.NumPromptTokens > 0 {
-			r.prompt = int32(u.NumPromptTokens)
-		}
-		if side == SideFrontend && u.NumOutputTokens > 0 {
+		if u.NumOutputTokens > 0 {
 			r.feOneShot = int32(u.NumOutputTokens)
 		}
-		if side == SideEngine {
-			t.settleDeliveries(r, math.MaxInt64)
+	} else {
+		ns = r.en.time
+		r.enFinish, r.enReason = ns, u.FinishReason
+		if r.errorType == "" {
+			r.errorType = u.ErrorType
 		}
-		if t.waitForOther(r, side, now) {
-			r.waitUntil = now + int64(t.cfg.frontendGrace)
-			return false, nil
-		}
-		return true, nil
+		t.settleDeliveries(r, math.MaxInt64)
 	}
-	if side == SideEngine {
-		t.settleDeliveries(r, ns)
+	if r.prompt < 0 && u.NumPromptTokens > 0 {
+		r.prompt = int32(u.NumPromptTokens)
 	}
-	return false, nil
+	if t.waitForOther(r, side, now) {
+		r.waitUntil = now + int64(t.cfg.frontendGrace)
+		return false
+	}
+	return true
 }
 
 // waitForOther reports whether a request that side has just finished stays
@@ -417,50 +416,4 @@ func (r *reqState) attribute(ns int64, n int32) {
 		return
 	}
 	r.preRunFE += n
-}
-
-// capNames cuts u's client-supplied names at their caps, counting each cut
-// (see MaxModelLength). Identities are left for check to reject.
-func (t *Tracker) capNames(u *Update) {
-	t.capString(&u.Model, MaxModelLength, attributes.RequestModel)
-	t.capString(&u.Operation, MaxNameLength, attributes.OperationName)
-	t.capString(&u.FinishReason, MaxNameLength, attributes.FinishReasons)
-	t.capString(&u.ErrorType, MaxNameLength, attributes.ErrorType)
-}
-
-func (t *Tracker) capString(s *string, n int, key attribute.Key) {
-	if len(*s) > n {
-		*s = cutUTF8(*s, n)
-		t.inst.countTruncated(key)
-	}
-}
-
-// capStops copies a request's stop sequences, at most MaxStopSequences of
-// at most MaxStopLength bytes each: a 5 MiB stop string must not make the
-// trace too large to export (issue 12.6).
-func (t *Tracker) capStops(stops []string) []string {
-	if len(stops) == 0 {
-		return nil
-	}
-	if len(stops) > MaxStopSequences {
-		stops = stops[:MaxStopSequences]
-		t.inst.countTruncated(attributes.RequestStopSequences)
-	}
-	out := make([]string, len(stops))
-	for i, s := range stops {
-		t.capString(&s, MaxStopLength, attributes.RequestStopSequences)
-		out[i] = s
-	}
-	return out
-}
-
-// cutUTF8 is s cut to at most n bytes, not inside a UTF-8 sequence.
-func cutUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -47,6 +47,7 @@ type config struct {
 	maxHeld       int
 
 	models    []string
+	adapters  []string
 	maxModels int
 
 	tokenLatencies bool
@@ -180,7 +181,8 @@ func WithMaxHeld(n int) Option {
 }
 
 // WithModels sets the models that keep their name on metrics; any other
-// model is recorded as "other". Without it, the first 64 distinct models keep
+// model is recorded as "other". Without it, the first 64 distinct models
+// that served a request without failing keep
 // their names. Spans always carry the real model name.
 func WithModels(models ...string) Option {
 	return optionFunc(func(c *config) { c.models = append([]string(nil), models...) })
@@ -278,4 +280,13 @@ func WithProviderName(name string) Option {
 			c.provider = cutUTF8(name, MaxNameLength)
 		}
 	})
+}
+
+// WithAdapters sets the LoRA adapters that keep their name on metrics
+// (llm.lora.adapter); any other is recorded as "other". Without it, the
+// first 64 distinct adapters that served a request without failing keep
+// their names, as for models (WithModels). Spans always carry the real
+// adapter name.
+func WithAdapters(adapters ...string) Option {
+	return optionFunc(func(c *config) { c.adapters = append([]string(nil), adapters...) })
 }

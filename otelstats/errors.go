@@ -33,6 +33,15 @@ const (
 	ReasonOverloaded            Reason = "overloaded"
 	ReasonClosed                Reason = "closed"
 	ReasonMalformed             Reason = "malformed"
+	ReasonUnknownValue          Reason = "unknown_value" // pd_role or kv_status outside its values
+
+	// SPEC §7–8's rules.
+	ReasonDuplicateTransfer        Reason = "duplicate_kv_transfer"   // a second REMOTE_KV_WAIT for a request
+	ReasonRemoteExceedsPrompt      Reason = "remote_exceeds_prompt"   // num_remote_tokens > num_prompt_tokens
+	ReasonRemoteExceedsComputed    Reason = "remote_exceeds_computed" // remote + cached > computed after the transfer
+	ReasonAcceptedExceedsDraft     Reason = "accepted_exceeds_draft"
+	ReasonAcceptedExceedsNewTokens Reason = "accepted_exceeds_new_tokens"
+	ReasonDraftWithoutAccepted     Reason = "draft_without_accepted" // one of the pair given without the other
 )
 
 func (r Reason) Error() string { return "llmtrace: " + strings.ReplaceAll(string(r), "_", " ") }

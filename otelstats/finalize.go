@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -24,6 +23,7 @@ type treeBuf struct {
 	attrs  []attribute.KeyValue
 	chunks []spans.ChunkEvent // every run's chunk events, back to back
 	detok  spans.Detokenize
+	kv     spans.KVTransfer
 	stats  RequestStats
 }
 
@@ -92,32 +92,15 @@ func (t *Tracker) finalize(r *reqState, override string) {
 	for _, f := range t.cfg.onFinish {
 		f(s)
 	}
+	if r.extra != nil && r.extra.onFinish != nil {
+		r.extra.onFinish(s)
+	}
 }
 
-// materialize computes RequestStats (SPEC §2) from r.
+// materialize computes RequestStats (SPEC §2, §7–9) from r.
 func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
-	end := r.feFinish
-	if end == 0 {
-		end = r.enFinish
-	}
-	if end == 0 {
-		end = r.lastSeen
-	}
-	reason := r.feReason
-	if reason == "" {
-		reason = r.enReason
-	}
-	if reason == "" || (override != "" && r.feFinish == 0 && r.enFinish == 0) {
-		reason = override
-	}
-	if override == FinishEvicted {
-		reason = override
-	}
-	errType := r.errorType
-	if errType == "" && isFailure(reason) {
-		errType = reason
-	}
-
+	end := r.endNs()
+	reason, errType := r.outcome(override)
 	*s = RequestStats{
 		RequestID:                r.id,
 		Scope:                    r.scope,
@@ -130,8 +113,10 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 		E2ELatency:               some(time.Duration(end - r.arrived)),
 		NumPreemptions:           int(r.preemptions),
 		NumRecomputeCachedTokens: int(r.recomputeCached),
+		PDRole:                   r.pdRole,
+		LoRAAdapter:              r.adapter,
 	}
-	if len(t.cfg.onFinish) > 0 {
+	if len(t.cfg.onFinish) > 0 || r.extra != nil && r.extra.onFinish != nil {
 		// Only hooks see RequestStats: format the ids for them alone.
 		s.TraceID, s.SpanID = hex.EncodeToString(r.traceID[:]), hex.EncodeToString(r.spanID[:])
 	}
@@ -141,30 +126,77 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 	if r.cached >= 0 {
 		s.NumCachedTokens = Count{int(r.cached), true}
 	}
+	first := r.tokens(s)
+	r.latencies(s, end, first)
+	s.PreemptedDuration = time.Duration(r.preempted(end))
+	if t.cfg.tokenLatencies {
+		s.OutputTokenLatencies = r.tokenLatencies()
+	}
+	if r.extra != nil {
+		r.serving(s, first)
+	}
+}
 
-	// The token time is the frontend's delivery; where no frontend reports
-	// tokens, the engine's DECODING stands in.
-	useFE := r.feDeliv > 0
-	var first int64
+// end is the request's end: the frontend's FINISHED when it gave one (what
+// the client saw), else the engine's, else the last update (a request the
+// tracker ended).
+func (r *reqState) endNs() int64 {
 	switch {
-	case useFE:
-		first, s.NumOutputTokens = r.feFirst, int(r.feTokens)
+	case r.feFinish != 0:
+		return r.feFinish
+	case r.enFinish != 0:
+		return r.enFinish
+	}
+	return r.lastSeen
+}
+
+// outcome is the request's finish reason and error type; override is the
+// reason the tracker ended it with, if it did.
+func (r *reqState) outcome(override string) (reason, errType string) {
+	reason = r.feReason
+	if reason == "" {
+		reason = r.enReason
+	}
+	if reason == "" || override != "" && r.feFinish == 0 && r.enFinish == 0 || override == FinishEvicted {
+		reason = override
+	}
+	errType = r.errorType
+	if errType == "" && isFailure(reason) {
+		errType = reason
+	}
+	return reason, errType
+}
+
+// tokens sets the output token count and returns the first token time (0
+// when no token has a time). The token time is the frontend's delivery;
+// where no frontend reports tokens, the engine's DECODING stands in.
+func (r *reqState) tokens(s *RequestStats) int64 {
+	switch {
+	case r.feDeliv > 0:
+		s.NumOutputTokens = int(r.feTokens)
+		return r.feFirst
 	case r.enDeliv > 0:
-		first, s.NumOutputTokens = r.enFirst, int(r.enTokens)
+		s.NumOutputTokens = int(r.enTokens)
+		return r.enFirst
 	case r.feOneShot > 0:
 		// Delivered in one piece: counted, but no token has a time.
 		s.NumOutputTokens = int(r.feOneShot)
 	}
-	// SPEC §3: the values of §2 are the instants that bound the span tree,
-	// whose children lie inside the root [ARRIVED, FINISHED]. Clamp each
-	// instant into the root as spans.Build does, so that skew between the
-	// two sides (or an engine token after the client's FINISHED) can never
-	// make TTFT or a phase exceed e2e.
+	return 0
+}
+
+// latencies sets SPEC §2's derived durations. SPEC §3: they are the
+// instants that bound the span tree, whose children lie inside the root
+// [ARRIVED, FINISHED]; each instant is clamped into the root as spans.Build
+// does, so that skew between the two sides (or an engine token after the
+// client's FINISHED) can never make TTFT or a phase exceed e2e.
+func (r *reqState) latencies(s *RequestStats, end, first int64) {
 	lo, hi := r.arrived, max(end, r.arrived)
 	in := func(ns int64) int64 { return min(max(ns, lo), hi) }
 	firstQueued, firstPrefill := in(r.firstQueued), in(r.firstPrefill)
 	if r.firstQueued != 0 && r.firstPrefill != 0 {
-		s.QueueDuration = some(time.Duration(firstPrefill - firstQueued))
+		// SPEC §7: the transfer between the two waits is not queueing.
+		s.QueueDuration = some(time.Duration(firstPrefill - firstQueued - r.transferNs()))
 	}
 	if first != 0 {
 		first = in(first)
@@ -180,35 +212,97 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 	if r.firstPrefill != 0 {
 		s.InferenceLatency = some(time.Duration(end - firstPrefill))
 	}
+}
+
+// transferNs is the completed KV transfer's duration, or 0.
+func (r *reqState) transferNs() int64 {
+	if kv := r.kv(); kv != nil && kv.ready != 0 {
+		return max(kv.ready-kv.wait, 0)
+	}
+	return 0
+}
+
+// preempted is the time spent preempted: every wait after a preemption,
+// and for a request preempted and never resumed, until the engine's
+// FINISHED or the request's end.
+func (r *reqState) preempted(end int64) int64 {
 	pre := r.preemptedNs
 	if cr := r.curRun(); cr != nil && cr.end != 0 {
-		// Preempted and never resumed: the wait runs until the engine's
-		// FINISHED, or the request's end.
 		stop := r.enFinish
 		if stop == 0 {
 			stop = end
 		}
 		pre += max(stop-cr.end, 0)
 	}
-	s.PreemptedDuration = time.Duration(pre)
-	if t.cfg.tokenLatencies {
-		var l []time.Duration
-		if r.extra != nil {
-			l = r.extra.enITLs
-			if useFE {
-				l = r.extra.feITLs
-			}
+	return pre
+}
+
+// tokenLatencies are the gaps of the stream that gave token times.
+func (r *reqState) tokenLatencies() []time.Duration {
+	var l []time.Duration
+	if r.extra != nil {
+		l = r.extra.enITLs
+		if r.feDeliv > 0 {
+			l = r.extra.feITLs
 		}
-		if l == nil {
-			l = []time.Duration{}
+	}
+	if l == nil {
+		l = []time.Duration{}
+	}
+	return l
+}
+
+// serving sets SPEC §7–9's values.
+func (r *reqState) serving(s *RequestStats, first int64) {
+	x := r.extra
+	if kv := x.kv; kv != nil {
+		s.KVSource, s.NumRemoteTokens, s.KVTransferBytes, s.KVTransferFailed = kv.source, int(kv.tokens), kv.bytes, kv.failed
+		if kv.ready != 0 {
+			s.KVTransferDuration = some(time.Duration(kv.ready - kv.wait))
 		}
-		s.OutputTokenLatencies = l
+	}
+	if rt := x.route; rt.prefillSent != 0 {
+		s.PDPrefillDuration = some(time.Duration(rt.prefillDone - rt.prefillSent))
+		if first != 0 {
+			s.PDDecodeTTFT = some(time.Duration(first - rt.decodeSent))
+		}
+	}
+	for i := range r.runs {
+		s.NumDraftTokens += int(r.runs[i].draft)
+		s.NumAcceptedTokens += int(r.runs[i].accepted)
+		s.NumSpecSteps += int(r.runs[i].specSteps)
+	}
+	if s.NumSpecSteps > 0 {
+		if s.NumDraftTokens > 0 {
+			s.SpecAcceptanceRate = float64(s.NumAcceptedTokens) / float64(s.NumDraftTokens)
+		}
+		s.SpecMeanAcceptanceLength = 1 + float64(s.NumAcceptedTokens)/float64(s.NumSpecSteps)
+	}
+	if e := x.enc; e != nil {
+		e.closeAt(r.enEnd())
+		if e.n > 0 {
+			s.EncodeDuration, s.NumEncoderRuns = some(time.Duration(e.total)), int(e.n)
+		}
 	}
 }
 
+// enEnd is when the engine's part ended: its FINISHED, or the request's
+// end.
+func (r *reqState) enEnd() int64 {
+	if r.enFinish != 0 {
+		return r.enFinish
+	}
+	return r.endNs()
+}
+
 func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestStats) {
-	model := t.models.label(r.model)
-	as := t.inst.attrs(r.operation, model, s.FinishReason, s.ErrorType)
+	ok := !isFailure(s.FinishReason)
+	k := attrKey{op: r.operation, model: t.models.label(r.model, ok), role: r.pdRole,
+		reason: s.FinishReason, errType: s.ErrorType}
+	if r.adapter != "" {
+		k.adapter = t.adapters.label(r.adapter, ok)
+	}
+	as := t.inst.attrs(k)
 	var c counts
 	c.set(sRequests, 1)
 	if r.preemptions > 0 {
@@ -227,6 +321,10 @@ func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestSta
 			c.set(sPCQueries, queries)
 			c.set(sPCHits, hits)
 		}
+	}
+	if r.extra != nil {
+		t.inst.serving.record(sc, s, r.extra.positions, as)
+		t.stats.addServing(s)
 	}
 	h := &r.itl
 	if t.cfg.agg != nil {
@@ -286,156 +384,6 @@ func (t *Tracker) recordHistograms(ctx context.Context, s *RequestStats, h *itlH
 			}
 		}
 	}
-}
-
-// buildTimeline reduces r to the instants of its span tree.
-func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
-	tl := &tb.tl
-	runs := tl.Runs[:0]
-	tb.chunks = tb.chunks[:0]
-	*tl = spans.Timeline{}
-	tl.Name = attributes.RootSpanName(r.operation, r.model)
-	tl.TraceID, tl.SpanID = r.traceID, r.spanID
-	if r.extra != nil && r.extra.parent.IsValid() {
-		tl.Parent = r.extra.parent
-		if !r.trusted {
-			// We decided to keep the trace; the caller's flag must not
-			// make a parent-based SDK sampler drop it.
-			tl.Parent = tl.Parent.WithTraceFlags(tl.Parent.TraceFlags().WithSampled(true))
-		}
-	}
-	if r.extra != nil {
-		tl.Link = r.extra.link
-	}
-	tl.RootOnly = r.detail == DetailRoot
-	tl.Start, tl.End = s.ArrivalTime, s.FinishedTime
-	tl.EngineEnd = tm(r.enFinish)
-	tl.InputProcessed = tm(r.inputProcessed)
-	tl.InputTokens = int(r.prompt)
-	tl.FirstQueued = tm(r.firstQueued)
-
-	useFE := r.feDeliv > 0
-	for i := range r.runs {
-		rr := &r.runs[i]
-		first := rr.enFirst
-		toks := rr.enTokens
-		if useFE {
-			fe, ft := rr.feFirst, rr.feTokens
-			if i == 0 {
-				// Deliveries recorded before the engine's first
-				// PREFILLING reached us belong to the first run.
-				fe, ft = r.feFirst, ft+r.preRunFE
-			}
-			if fe != 0 {
-				first, toks = fe, ft
-			}
-		}
-		run := spans.Run{
-			Start:          tm(rr.start),
-			FirstToken:     tm(first),
-			Preempted:      tm(rr.end),
-			ComputedTokens: int(rr.computed),
-			CachedTokens:   int(rr.cached),
-			Chunks:         int(rr.chunks),
-			OutputTokens:   int(toks),
-		}
-		if len(rr.events) > 0 {
-			j := len(tb.chunks)
-			for _, ev := range rr.events {
-				tb.chunks = append(tb.chunks, spans.ChunkEvent{Time: tm(ev.time), ComputedTokens: int(ev.computed)})
-			}
-			run.ChunkEvents = tb.chunks[j:len(tb.chunks):len(tb.chunks)]
-		}
-		if x := r.extra; x != nil && r.detail >= DetailSteps {
-			lo, hi := rr.start, int64(math.MaxInt64)
-			if i+1 < len(r.runs) {
-				hi = r.runs[i+1].start
-			}
-			for _, st := range x.steps {
-				if st.time >= lo && st.time < hi {
-					run.Steps = append(run.Steps, spans.StepEvent{Time: tm(st.time), Index: st.index, BatchSize: int(st.batch)})
-				}
-			}
-			if r.detail >= DetailTokens {
-				if useFE {
-					for _, d := range x.deliveries {
-						if d >= lo && d < hi || i == 0 && d < lo {
-							run.TokenTimes = append(run.TokenTimes, tm(d))
-						}
-					}
-				} else {
-					for _, st := range x.steps {
-						if st.time >= lo && st.time < hi {
-							run.TokenTimes = append(run.TokenTimes, tm(st.time))
-						}
-					}
-				}
-			}
-		}
-		runs = append(runs, run)
-	}
-	tl.Runs = runs
-	if r.detokCount > 0 {
-		tb.detok = spans.Detokenize{
-			First: tm(r.detokFirst), Last: tm(r.detokLast),
-			Busy: time.Duration(r.detokBusy), Deliveries: int(r.detokCount),
-		}
-		tl.Detokenize = &tb.detok
-	}
-
-	a := tb.attrs[:0]
-	a = append(a,
-		attributes.OperationName.String(r.operation),
-		t.inst.provider,
-		attributes.RequestModel.String(r.model),
-		attributes.RequestID.String(r.id),
-		attributes.UsageOutputTokens.Int(s.NumOutputTokens),
-		finishReasonsAttr(s.FinishReason),
-		attributes.Preemptions.Int(s.NumPreemptions),
-	)
-	if r.scope != "" {
-		a = append(a, attributes.RequestScope.String(r.scope))
-	}
-	if s.NumPromptTokens.Valid {
-		a = append(a, attributes.UsageInputTokens.Int(s.NumPromptTokens.N))
-	}
-	if s.NumCachedTokens.Valid {
-		a = append(a, attributes.UsageCacheReadInput.Int(s.NumCachedTokens.N))
-	}
-	if s.NumRecomputeCachedTokens > 0 {
-		a = append(a, attributes.RecomputeCachedTokens.Int(s.NumRecomputeCachedTokens))
-	}
-	lat := func(k attribute.Key, l Latency) {
-		if l.Valid {
-			a = append(a, k.Float64(l.Value.Seconds()))
-		}
-	}
-	lat(attributes.LatencyTimeToFirstToken, s.FirstTokenLatency)
-	lat(attributes.LatencyE2E, s.E2ELatency)
-	lat(attributes.LatencyTimeInQueue, s.QueueDuration)
-	lat(attributes.LatencyPrefill, s.PrefillLatency)
-	lat(attributes.LatencyDecode, s.DecodeLatency)
-	lat(attributes.LatencyInference, s.InferenceLatency)
-	lat(attributes.TimePerOutputToken, s.TimePerOutputToken)
-	if s.PreemptedDuration > 0 {
-		a = append(a, attributes.PreemptedTime.Float64(s.PreemptedDuration.Seconds()))
-	}
-	if x := r.extra; x != nil {
-		a = appendSampling(a, x.sampling)
-		if x.input != "" {
-			a = append(a, attributes.InputMessages.String(x.input))
-		}
-		if x.output != "" {
-			a = append(a, attributes.OutputMessages.String(x.output))
-		}
-	}
-	a = append(a, attributes.SamplingReason.String(s.SamplingReason))
-	if s.ErrorType != "" {
-		a = append(a, attributes.ErrorType.String(s.ErrorType))
-		tl.Status, tl.StatusDesc = codes.Error, s.ErrorType
-	}
-	tb.attrs = a
-	tl.RootAttrs = a
 }
 
 func appendSampling(a []attribute.KeyValue, p *SamplingParams) []attribute.KeyValue {

@@ -19,6 +19,7 @@ type instruments struct {
 	kvUsage                              metric.Float64Gauge
 	rejected, dropped, clamped, evicted  metric.Int64Counter
 	truncated                            metric.Int64Counter
+	serving                              servingInstruments
 
 	provider attribute.KeyValue // gen_ai.provider.name, on every request metric
 
@@ -27,7 +28,7 @@ type instruments struct {
 	reasons sync.Map // Reason → metric.MeasurementOption
 }
 
-type attrKey struct{ op, model, reason, errType string }
+type attrKey struct{ op, model, adapter, role, reason, errType string }
 
 // attrSets are the precomputed attribute sets of one kind of request, so
 // recording a finished request allocates no attributes.
@@ -67,6 +68,9 @@ func newInstruments(mp metric.MeterProvider, ownHistograms bool, provider string
 		}
 		*dst, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 	}
+	if err == nil {
+		err = in.serving.init(m)
+	}
 	hist(&in.ttft, attributes.MetricTimeToFirstToken, "Time to first token.", attributes.TimeToFirstTokenBuckets())
 	hist(&in.tpot, attributes.MetricTimePerOutputToken, "Time per output token after the first.", attributes.TimePerOutputTokenBuckets())
 	hist(&in.e2e, attributes.MetricRequestDuration, "End-to-end request duration.", attributes.RequestDurationBuckets())
@@ -104,12 +108,22 @@ func newInstruments(mp metric.MeterProvider, ownHistograms bool, provider string
 	return in, nil
 }
 
-func (in *instruments) attrs(op, model, reason, errType string) *attrSets {
-	k := attrKey{op, model, reason, errType}
+// attrs are the attribute sets of a finished request's metrics: the
+// operation, the provider, the model, the LoRA adapter and the P/D role
+// (each when there is one), and for some instruments the finish reason or
+// error type. k's model and adapter are already labels (modelSet.label).
+func (in *instruments) attrs(k attrKey) *attrSets {
 	in.mu.Lock()
 	s, ok := in.sets[k]
 	if !ok {
-		base := []attribute.KeyValue{attributes.OperationName.String(op), in.provider, attributes.RequestModel.String(model)}
+		base := []attribute.KeyValue{attributes.OperationName.String(k.op), in.provider, attributes.RequestModel.String(k.model)}
+		if k.adapter != "" {
+			base = append(base, attributes.LoRAAdapter.String(k.adapter))
+		}
+		if k.role != "" {
+			base = append(base, attributes.PDRole.String(k.role))
+		}
+		errType, reason := k.errType, k.reason
 		dur := base
 		if errType != "" {
 			dur = append(append([]attribute.KeyValue(nil), base...), attributes.ErrorType.String(errType))
@@ -151,7 +165,12 @@ func (in *instruments) countReject(r Reason) {
 	in.rejected.Add(context.Background(), 1, o.(metric.MeasurementOption))
 }
 
-// modelSet decides which model names keep their name on metrics.
+// modelSet decides which model (or adapter) names keep their name on
+// metrics; any other is "other". A configured set is fixed. Without one,
+// a name earns its series when a request with it finishes without failing,
+// up to the limit: a client sending junk model names gets errors from the
+// engine (model not found), so junk cannot crowd the real models out
+// (issue 12.9) unless the engine serves it.
 type modelSet struct {
 	fixed bool
 	limit int
@@ -167,7 +186,9 @@ func newModelSet(models []string, limit int) *modelSet {
 	return s
 }
 
-func (s *modelSet) label(model string) string {
+// label is model's metric label; succeeded says its request did not fail,
+// which is what admits a new name.
+func (s *modelSet) label(model string, succeeded bool) string {
 	s.mu.RLock()
 	_, ok := s.names[model]
 	n := len(s.names)
@@ -175,7 +196,7 @@ func (s *modelSet) label(model string) string {
 	if ok {
 		return model
 	}
-	if s.fixed || n >= s.limit {
+	if s.fixed || !succeeded || n >= s.limit {
 		return attributes.OtherModel
 	}
 	s.mu.Lock()

@@ -92,7 +92,7 @@ func TestRejections(t *testing.T) {
 	cases := []tc{
 		// Unknown kinds and missing ids.
 		{"kind zero", false, 4, Update{RequestID: "r", Kind: 0, Time: at(9)}, ReasonUnknownKind},
-		{"kind nine", false, 4, Update{RequestID: "r", Kind: 9, Time: at(9)}, ReasonUnknownKind},
+		{"kind past the last", false, 4, Update{RequestID: "r", Kind: kindCount, Time: at(9)}, ReasonUnknownKind},
 		{"missing request id", false, 4, Update{Kind: KindDecoding, Time: at(9)}, ReasonMissingRequestID},
 		{"id too long", false, 4, Update{RequestID: long, Kind: KindDecoding, Time: at(9)}, ReasonTooLong},
 		{"scope too long", false, 4, Update{RequestID: "r2", Kind: KindArrived, Time: at(9), Model: "m", Scope: strings.Repeat("s", MaxNameLength+1)}, ReasonTooLong},

@@ -72,6 +72,14 @@ type Stats struct {
 	HitRateValid bool
 	// Finished requests in the interval.
 	Finished int64
+	// Speculative decoding of the requests finished in the interval (SPEC
+	// §8): tokens drafted and accepted, and speculative steps.
+	SpecDrafted, SpecAccepted, SpecSteps int64
+	// KV transfers of the requests finished in the interval (SPEC §7): how
+	// many, how many failed, their bytes and their summed time.
+	KVTransfers, KVFailures int64
+	KVBytes                 int64
+	KVTime                  time.Duration
 }
 
 func (s Stats) String() string {
@@ -79,9 +87,23 @@ func (s Stats) String() string {
 	if s.HitRateValid {
 		hr = fmt.Sprintf("%.1f%%", 100*s.HitRate)
 	}
-	return fmt.Sprintf("Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "+
+	line := fmt.Sprintf("Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "+
 		"Running: %d reqs, Waiting: %d reqs, Preemptions: %d, KV cache usage: %.1f%%, Prefix cache hit rate: %s",
 		s.PromptThroughput, s.GenerationThroughput, s.Running, s.Waiting, s.Preemptions, 100*s.KVCacheUsage, hr)
+	// As vLLM's SpecDecoding and KV connector lines, when there was any.
+	if s.SpecSteps > 0 && s.SpecDrafted > 0 {
+		line += fmt.Sprintf(", Spec decode draft acceptance rate: %.1f%%, mean acceptance length: %.2f",
+			100*float64(s.SpecAccepted)/float64(s.SpecDrafted), 1+float64(s.SpecAccepted)/float64(s.SpecSteps))
+	}
+	if s.KVTransfers > 0 {
+		mbps := 0.0
+		if s.KVTime > 0 {
+			mbps = float64(s.KVBytes) / 1e6 / s.KVTime.Seconds()
+		}
+		line += fmt.Sprintf(", KV transfer: %d transfers (%d failed), avg %.1f ms, %.1f MB/s",
+			s.KVTransfers, s.KVFailures, float64(s.KVTime.Milliseconds())/float64(s.KVTransfers), mbps)
+	}
+	return line
 }
 
 const recentRequests = 1000
@@ -97,7 +119,30 @@ type statsLog struct {
 	kv                     float64
 	ring                   [recentRequests][2]int64 // queries, hits
 	pos, filled            int
+	serving                Stats // the interval's SPEC §7–8 sums, from finished requests
 	latest                 Stats
+}
+
+// addServing adds a finished request's speculative and KV-transfer numbers
+// to the interval.
+func (l *statsLog) addServing(s *RequestStats) {
+	if s.NumSpecSteps == 0 && s.KVSource == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v := &l.serving
+	v.SpecDrafted += int64(s.NumDraftTokens)
+	v.SpecAccepted += int64(s.NumAcceptedTokens)
+	v.SpecSteps += int64(s.NumSpecSteps)
+	if s.KVSource != "" {
+		v.KVTransfers++
+		v.KVBytes += s.KVTransferBytes
+		v.KVTime += s.KVTransferDuration.Value
+		if s.KVTransferFailed {
+			v.KVFailures++
+		}
+	}
 }
 
 func newStatsLog(t *Tracker) *statsLog { return &statsLog{t: t} }
@@ -173,7 +218,15 @@ func (l *statsLog) snapshot(ns int64) Stats {
 		Preemptions:          pre - l.preempts,
 		KVCacheUsage:         l.kv,
 		Finished:             l.finished - l.lastFinished,
+		SpecDrafted:          l.serving.SpecDrafted,
+		SpecAccepted:         l.serving.SpecAccepted,
+		SpecSteps:            l.serving.SpecSteps,
+		KVTransfers:          l.serving.KVTransfers,
+		KVFailures:           l.serving.KVFailures,
+		KVBytes:              l.serving.KVBytes,
+		KVTime:               l.serving.KVTime,
 	}
+	l.serving = Stats{}
 	var q, h int64
 	for i := 0; i < l.filled; i++ {
 		q += l.ring[i][0]

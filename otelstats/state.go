@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
@@ -92,7 +93,9 @@ type run struct {
 	chunks           int32
 	feTokens         int32
 	enTokens         int32
-	events           []chunkEvent
+	// Speculative decoding in this run's decode segment (SPEC §8).
+	draft, accepted, specSteps int32
+	events                     []chunkEvent
 }
 
 type chunkEvent struct {
@@ -102,16 +105,23 @@ type chunkEvent struct {
 
 // reqExtra holds what most requests do not need, so reqState stays small.
 type reqExtra struct {
-	sampling   *SamplingParams
-	parent     trace.SpanContext
-	link       trace.SpanContext // Arrival.Link
-	feITLs     []time.Duration
-	enITLs     []time.Duration
-	steps      []stepRec  // DetailSteps and up: engine decode steps
-	pending    []delivery // frontend deliveries whose run may not be known yet
-	deliveries []int64    // DetailTokens: frontend token deliveries
+	sampling *SamplingParams
+	parent   trace.SpanContext
+	link     trace.SpanContext // Arrival.Link
+	feITLs   []time.Duration
+	enITLs   []time.Duration
+	steps    []stepRec  // DetailSteps and up: engine decode steps
+	pending  []delivery // frontend deliveries whose run may not be known yet
+	kv       *kvState   // a decode instance's KV transfer (SPEC §7)
+	route    pdRoute    // a router's P/D timings (Request.RoutedPD)
+	enc      *encState  // multimodal encoder runs (SPEC §9)
+	// positions counts accepted draft tokens by position (SPEC §8).
+	positions  *[attributes.SpecPositions]int32
+	deliveries []int64 // DetailTokens: frontend token deliveries
 	// Captured content (ContentCapture only): already redacted and capped.
 	input, output string
+	attrs         []attribute.KeyValue // Request.SetAttributes
+	onFinish      func(*RequestStats)  // Arrival.OnFinish
 }
 
 type stepRec struct {
@@ -162,6 +172,7 @@ type reqState struct {
 	next *reqState // requests sharing the id; guarded by sh.mu
 
 	id, scope, model, operation string
+	pdRole, adapter             string // SPEC §7 and §9, from ARRIVED
 	traceID                     [16]byte
 	spanID                      [8]byte
 	extra                       *reqExtra

@@ -75,6 +75,36 @@ type RequestStats struct {
 	// preemptions; they are not prefix-cache hits of the request.
 	NumRecomputeCachedTokens int
 
+	// Disaggregated prefill/decode (SPEC §7). PDRole is the instance's part;
+	// the KV* fields and NumRemoteTokens describe a decode instance's
+	// transfer (KVTransferDuration: REMOTE_KV_READY − REMOTE_KV_WAIT,
+	// absent without a transfer, or while it never completed).
+	PDRole             string
+	KVSource           string
+	KVTransferDuration Latency
+	NumRemoteTokens    int
+	KVTransferBytes    int64
+	KVTransferFailed   bool
+	// PDPrefillDuration and PDDecodeTTFT are a router's view
+	// (Request.RoutedPD): send to P → P's response, send to D → first token.
+	PDPrefillDuration Latency
+	PDDecodeTTFT      Latency
+
+	// Speculative decoding (SPEC §8); the rate and the mean acceptance
+	// length are meaningful only when NumSpecSteps > 0.
+	NumDraftTokens           int
+	NumAcceptedTokens        int
+	NumSpecSteps             int
+	SpecAcceptanceRate       float64 // accepted / draft
+	SpecMeanAcceptanceLength float64 // 1 + accepted / steps (vLLM's)
+
+	// LoRAAdapter served the request (SPEC §9).
+	LoRAAdapter string
+	// EncodeDuration sums the request's multimodal encoder runs (SPEC §9),
+	// absent without one; NumEncoderRuns counts them.
+	EncodeDuration Latency
+	NumEncoderRuns int
+
 	// TraceID and SpanID identify the request's root span.
 	TraceID string
 	SpanID  string
@@ -131,6 +161,7 @@ func (s *RequestStats) AppendJSON(dst []byte) []byte {
 		dst = appendInt(dst, "num_cached_tokens", s.NumCachedTokens.N)
 	}
 	dst = appendInt(dst, "num_recompute_cached_tokens", s.NumRecomputeCachedTokens)
+	dst = s.appendServing(dst)
 	if s.TraceID != "" {
 		dst = appendStr(dst, "trace_id", s.TraceID, false)
 		dst = appendStr(dst, "span_id", s.SpanID, false)
@@ -185,4 +216,41 @@ func appendLatency(dst []byte, k string, l Latency) []byte {
 func appendInt(dst []byte, k string, v int) []byte {
 	dst = appendKey(dst, k, false)
 	return strconv.AppendInt(dst, int64(v), 10)
+}
+
+// appendServing writes SPEC §7–9's fields, each only when the request had
+// that feature.
+func (s *RequestStats) appendServing(dst []byte) []byte {
+	if s.PDRole != "" {
+		dst = appendStr(dst, "pd_role", s.PDRole, false)
+	}
+	if s.KVSource != "" {
+		dst = appendStr(dst, "kv_source", s.KVSource, false)
+		dst = appendLatency(dst, "kv_transfer_duration_s", s.KVTransferDuration)
+		dst = appendInt(dst, "num_remote_tokens", s.NumRemoteTokens)
+		dst = appendInt(dst, "kv_transfer_bytes", int(s.KVTransferBytes))
+		dst = appendBool(dst, "kv_transfer_failed", s.KVTransferFailed)
+	}
+	dst = appendLatency(dst, "pd_prefill_duration_s", s.PDPrefillDuration)
+	dst = appendLatency(dst, "pd_decode_ttft_s", s.PDDecodeTTFT)
+	if s.NumSpecSteps > 0 {
+		dst = appendInt(dst, "num_draft_tokens", s.NumDraftTokens)
+		dst = appendInt(dst, "num_accepted_tokens", s.NumAcceptedTokens)
+		dst = appendInt(dst, "num_spec_steps", s.NumSpecSteps)
+		dst = appendFloat(dst, "spec_acceptance_rate", s.SpecAcceptanceRate)
+		dst = appendFloat(dst, "spec_mean_acceptance_length", s.SpecMeanAcceptanceLength)
+	}
+	if s.LoRAAdapter != "" {
+		dst = appendStr(dst, "lora_adapter", s.LoRAAdapter, false)
+	}
+	if s.NumEncoderRuns > 0 {
+		dst = appendLatency(dst, "encode_duration_s", s.EncodeDuration)
+		dst = appendInt(dst, "num_encoder_runs", s.NumEncoderRuns)
+	}
+	return dst
+}
+
+func appendBool(dst []byte, k string, v bool) []byte {
+	dst = appendKey(dst, k, false)
+	return strconv.AppendBool(dst, v)
 }

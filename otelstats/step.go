@@ -56,6 +56,10 @@ type Decoded struct {
 	Req       *Request // when set, names the request; RequestID is ignored
 	RequestID string
 	NewTokens int // 0 means 1
+	// DraftTokens and AcceptedTokens, in a speculative step, are the tokens
+	// the draft proposed and how many of them the target accepted (a
+	// prefix; SPEC §8). DraftTokens 0: not a speculative step.
+	DraftTokens, AcceptedTokens int
 }
 
 // Finished is a request the engine finished in a step.
@@ -92,7 +96,8 @@ func (t *Tracker) Step(s *Step) error {
 	seen := false
 	for i := range s.Decoded {
 		e := &s.Decoded[i]
-		if q := e.Req; fast && q != nil && q.t == t && q.r != nil && uint(e.NewTokens) <= maxNewTokensStep {
+		if q := e.Req; fast && q != nil && q.t == t && q.r != nil && uint(e.NewTokens) <= maxNewTokensStep &&
+			(e.DraftTokens|e.AcceptedTokens == 0 || validSpec(e)) {
 			r := q.r
 			r.mu.Lock()
 			if !r.done.Load() && (r.en.last == KindDecoding || r.en.last == KindPrefilling) && ns >= r.en.time {
@@ -100,6 +105,9 @@ func (t *Tracker) Step(s *Step) error {
 				r.lastSeen = max(r.lastSeen, ns)
 				r.touched = max(r.touched, now)
 				gen += t.decoded(r, e.NewTokens, ns, step, batch)
+				if e.DraftTokens > 0 {
+					t.specStep(r, e.DraftTokens, e.AcceptedTokens)
+				}
 				seen = true
 				if r.extra != nil {
 					t.settleDeliveries(r, ns)
@@ -196,6 +204,14 @@ func (t *Tracker) stepEntries(s *Step, ns int64, finished bool, errs []error) []
 // stepDecoded is the general path of one Decoded entry.
 func (t *Tracker) stepDecoded(s *Step, e *Decoded, ns, step int64, batch int32, errs []error) []error {
 	u := Update{Side: SideEngine, Time: s.Time, Scope: s.Scope, Model: s.Model,
-		Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens, step: step, batch: batch}
+		Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens, step: step, batch: batch,
+		NumDraftTokens: e.DraftTokens, NumAcceptedTokens: e.AcceptedTokens}
 	return t.stepUpdate(&u, e.Req, ns, errs)
+}
+
+// validSpec reports whether a speculative entry breaks none of SPEC §8's
+// rules, for the fast path; the general path names the rule it breaks.
+func validSpec(e *Decoded) bool {
+	return e.DraftTokens > 0 && e.DraftTokens <= MaxTokenCount && e.AcceptedTokens >= 0 &&
+		e.AcceptedTokens <= e.DraftTokens && e.AcceptedTokens <= max(e.NewTokens, 1)
 }

@@ -8,12 +8,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Kind is the kind of a lifecycle update (SPEC §1). Its numeric values are
-// vLLM V1's RequestStatsUpdate.Type values plus one, so the zero Kind is
-// invalid.
+// Kind is the kind of a lifecycle update (SPEC §1, §7, §9). The first
+// eight's numeric values are vLLM V1's RequestStatsUpdate.Type values plus
+// one, so the zero Kind is invalid.
 type Kind uint8
 
-// The eight update kinds.
+// The update kinds.
 const (
 	KindArrived Kind = iota + 1
 	KindInputProcessed
@@ -23,9 +23,20 @@ const (
 	KindDecoding
 	KindDetokenized
 	KindFinished
+	// KindRemoteKVWait: the scheduler started loading the request's KV
+	// cache from another instance (disaggregated prefill/decode, SPEC §7).
+	KindRemoteKVWait
+	// KindRemoteKVReady: that KV cache arrived, or the transfer failed.
+	KindRemoteKVReady
+	// KindEncoding and KindEncoded bracket a multimodal encoder run (SPEC §9).
+	KindEncoding
+	KindEncoded
+
+	kindCount // one past the last kind
 )
 
-var kindNames = [...]string{"", "ARRIVED", "INPUT_PROCESSED", "QUEUED", "PREFILLING", "PREEMPTED", "DECODING", "DETOKENIZED", "FINISHED"}
+var kindNames = [...]string{"", "ARRIVED", "INPUT_PROCESSED", "QUEUED", "PREFILLING", "PREEMPTED", "DECODING", "DETOKENIZED", "FINISHED",
+	"REMOTE_KV_WAIT", "REMOTE_KV_READY", "ENCODING", "ENCODED"}
 
 func (k Kind) String() string {
 	if k == 0 || int(k) >= len(kindNames) {
@@ -34,12 +45,12 @@ func (k Kind) String() string {
 	return kindNames[k]
 }
 
-// Valid reports whether k is one of the eight kinds.
-func (k Kind) Valid() bool { return k >= KindArrived && k <= KindFinished }
+// Valid reports whether k is one of the kinds.
+func (k Kind) Valid() bool { return k >= KindArrived && k < kindCount }
 
 // ParseKind parses a kind's name, case-insensitively.
 func ParseKind(s string) (Kind, bool) {
-	for k := KindArrived; k <= KindFinished; k++ {
+	for k := KindArrived; k < kindCount; k++ {
 		if strings.EqualFold(s, kindNames[k]) {
 			return k, true
 		}
@@ -86,7 +97,8 @@ func sideOf(k Kind) Side {
 	switch k {
 	case KindArrived, KindInputProcessed, KindDetokenized:
 		return SideFrontend
-	case KindQueued, KindPrefilling, KindPreempted, KindDecoding:
+	case KindQueued, KindPrefilling, KindPreempted, KindDecoding,
+		KindRemoteKVWait, KindRemoteKVReady, KindEncoding, KindEncoded:
 		return SideEngine
 	}
 	return SideAuto
@@ -107,6 +119,20 @@ const (
 	FinishEvicted = "evicted"
 	// FinishUnfinished ends requests still in flight at Shutdown.
 	FinishUnfinished = "unfinished"
+)
+
+// PD roles (ARRIVED's PDRole) and KV transfer outcomes (REMOTE_KV_READY's
+// KVStatus).
+const (
+	PDRolePrefill = "prefill"
+	PDRoleDecode  = "decode"
+
+	KVStatusOK     = "ok"
+	KVStatusFailed = "failed"
+
+	// FinishRemoteDecode is the finish reason a prefill instance may
+	// report when it hands the request to a decode instance.
+	FinishRemoteDecode = "remote_decode"
 )
 
 // isFailure reports whether a finish reason marks the root span as an error
@@ -142,12 +168,18 @@ func (p *SamplingParams) IsZero() bool {
 // Update is one lifecycle transition of one request (vLLM V1's
 // RequestStatsUpdate). Which payload fields matter depends on Kind:
 //
-//	ARRIVED          Model (required), Operation (default "chat"), Scope
+//	ARRIVED          Model (required), Operation (default "chat"), Scope,
+//	                 PDRole, LoRAAdapter (optional)
 //	INPUT_PROCESSED  NumPromptTokens, Sampling (optional)
 //	QUEUED           —
+//	REMOTE_KV_WAIT   KVSource (required), NumRemoteTokens (optional)
+//	REMOTE_KV_READY  NumRemoteTokens (required), KVBytes, KVStatus (optional)
+//	ENCODING         NumItems (required), NumEncoderTokens (optional)
+//	ENCODED          EncoderCacheHit (optional)
 //	PREFILLING       NumComputedTokens, NumCachedTokens
 //	PREEMPTED        —
-//	DECODING         NumNewTokens (0 means 1)
+//	DECODING         NumNewTokens (0 means 1); NumDraftTokens and
+//	                 NumAcceptedTokens of a speculative step (optional)
 //	DETOKENIZED      NumNewTokens (0 is a delivery without tokens), Busy
 //	FINISHED         FinishReason (required), ErrorType (optional),
 //	                 NumPromptTokens (optional, when INPUT_PROCESSED gave none),
@@ -176,6 +208,33 @@ type Update struct {
 	// the engine's DECODING times stand in. Ignored when the frontend
 	// delivered tokens with DETOKENIZED.
 	NumOutputTokens int
+
+	// Disaggregated prefill/decode (SPEC §7). PDRole, on ARRIVED, is
+	// PDRolePrefill or PDRoleDecode ("" for a unified instance); KVSource
+	// names the instance the KV cache comes from; NumRemoteTokens counts
+	// the prompt tokens whose KV arrived; KVStatus is KVStatusOK (the
+	// default when empty) or KVStatusFailed.
+	PDRole          string
+	KVSource        string
+	NumRemoteTokens int
+	KVBytes         int64
+	KVStatus        string
+
+	// Speculative decoding (SPEC §8): on DECODING, the tokens the draft
+	// proposed in this step and how many of them the target accepted (a
+	// prefix). A step with NumDraftTokens 0 is not speculative.
+	NumDraftTokens    int
+	NumAcceptedTokens int
+
+	// LoRAAdapter, on ARRIVED, is the adapter that serves the request; Model
+	// stays what the client asked for (SPEC §9).
+	LoRAAdapter string
+
+	// Multimodal encoding (SPEC §9): NumItems (required on ENCODING) and
+	// NumEncoderTokens of an encoder run; EncoderCacheHit on ENCODED.
+	NumItems         int
+	NumEncoderTokens int
+	EncoderCacheHit  bool
 	// Busy is the time the detokenizer spent on this delivery, if known.
 	Busy         time.Duration
 	FinishReason string
@@ -204,7 +263,9 @@ const (
 	MaxStopSequences = 8  // more are dropped
 	MaxStopLength    = 128
 	MaxTokenCount    = 1 << 30
-	maxNewTokensStep = 1 << 20
+	// MaxRootAttributes bounds the attributes Request.SetAttributes adds.
+	MaxRootAttributes = 32
+	maxNewTokensStep  = 1 << 20
 )
 
 // minTime and maxTime bound acceptable timestamps: 1970 to 2200. Times are

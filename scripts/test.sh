@@ -5,7 +5,8 @@
 #    prometheus and chromium), and builds Jaeger v2 once per machine
 #    (scripts/build-jaeger.sh; cached under ~/.cache/llmtrace).
 # 2. Exports LLMTRACE_JAEGER_BIN, LLMTRACE_PROMETHEUS_BIN and
-#    LLMTRACE_CHROMIUM_BIN for e2e/testbackend.
+#    LLMTRACE_CHROMIUM_BIN for e2e/testbackend, and builds the llmtrace
+#    Collector distribution for e2e/fleet once (ocb; cached likewise).
 # 3. Root module: go vet ./... and go test -race -count=1 ./...
 # 4. Every other Go module in the repo that has tests: go test -count=1 ./...
 # 5. The extra checks listed in EXTRA_CHECKS below.
@@ -47,6 +48,9 @@ EXTRA_CHECKS=(
 	# The churn test at full size (1,000,000 requests) without the race
 	# detector; under -race it runs 20,000.
 	"go test -run='^TestChurnHeap\$' -count=1 -v ./otelstats"
+	# The Collector components' module (otelcol/) under the race detector,
+	# statically checked, its benchmarks run once.
+	"cd otelcol && go test -race -count=1 ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... && go test -run='^\$' -bench=. -benchtime=1x -count=1 ./..."
 )
 # -----------------------------------------------------------------------------
 
@@ -137,6 +141,16 @@ export LLMTRACE_JAEGER_BIN
 "$LLMTRACE_JAEGER_BIN" validate --config=file:e2e/testbackend/jaeger-test.yaml \
 	>"$log_dir/jaeger-validate.log" 2>&1 ||
 	{ cat "$log_dir/jaeger-validate.log"; fail "Jaeger test config does not validate"; }
+
+# The llmtrace Collector distribution (otelcol/builder-config.yaml) that
+# e2e/fleet runs, built with ocb through the tests' own harness
+# (e2e/testbackend.CollectorBuild) and cached under ~/.cache/llmtrace, keyed
+# by the manifest and the components' sources: 3-5 minutes cold, a few
+# seconds after a component change, nothing once cached.
+say "llmtrace collector: ocb build (cached after the first build)"
+(cd e2e && LLMTRACE_BUILD_COLLECTOR=1 go test -count=1 -timeout=30m -run '^TestDistributionComponents$' ./fleet) \
+	>"$log_dir/otelcol-build.log" 2>&1 ||
+	{ tail -n 50 "$log_dir/otelcol-build.log"; fail "building the llmtrace collector (e2e/fleet)"; }
 
 say "go: $(go version)"
 say "LLMTRACE_JAEGER_BIN=$LLMTRACE_JAEGER_BIN"

@@ -2,6 +2,7 @@ package spans
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -24,7 +25,7 @@ func (t *Tree) Emit(ctx context.Context, tracer trace.Tracer) trace.SpanContext 
 		ctx = withPresetIDs(ctx, t.TraceID, t.SpanID)
 	}
 	r := &t.Spans[0]
-	opts := []trace.SpanStartOption{trace.WithSpanKind(r.Kind), trace.WithTimestamp(r.Start), trace.WithAttributes(r.Attrs...)}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(r.Kind), trace.WithTimestamp(time.Unix(0, r.Start)), trace.WithAttributes(r.Attrs...)}
 	if t.Link.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: t.Link}))
 	}
@@ -38,21 +39,21 @@ func (t *Tree) Emit(ctx context.Context, tracer trace.Tracer) trace.SpanContext 
 			c := &t.Spans[i]
 			_, s := tracer.Start(cctx, c.Name,
 				trace.WithSpanKind(c.Kind),
-				trace.WithTimestamp(c.Start),
+				trace.WithTimestamp(time.Unix(0, c.Start)),
 				trace.WithAttributes(c.Attrs...),
 			)
 			for _, ev := range c.Events {
-				s.AddEvent(ev.Name, trace.WithTimestamp(ev.Time), trace.WithAttributes(ev.Attrs...))
+				s.AddEvent(ev.Name, trace.WithTimestamp(time.Unix(0, ev.Time)), trace.WithAttributes(ev.Attrs...))
 			}
 			if c.Status != 0 {
 				s.SetStatus(c.Status, c.StatusDesc)
 			}
-			s.End(trace.WithTimestamp(c.End))
+			s.End(trace.WithTimestamp(time.Unix(0, c.End)))
 		}
 		if r.Status != 0 {
 			root.SetStatus(r.Status, r.StatusDesc)
 		}
 	}
-	root.End(trace.WithTimestamp(r.End))
+	root.End(trace.WithTimestamp(time.Unix(0, r.End)))
 	return sc
 }

@@ -84,7 +84,7 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 		s, f := &t.Spans[i], &out[i]
 		f.h = h
 		f.name, f.kind = s.Name, s.Kind
-		f.start, f.end = s.Start.UnixNano(), s.End.UnixNano()
+		f.start, f.end = s.Start, s.End
 		f.attrs = take(s.Attrs)
 		if s.Status == codes.Error { // as the SDK: only an error keeps its description
 			f.status = sdktrace.Status{Code: s.Status, Description: s.StatusDesc}
@@ -95,7 +95,7 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 			j := len(evs)
 			for k := range s.Events {
 				e := &s.Events[k]
-				evs = append(evs, sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: take(e.Attrs)})
+				evs = append(evs, sdktrace.Event{Name: e.Name, Time: time.Unix(0, e.Time), Attributes: take(e.Attrs)})
 			}
 			f.events = evs[j:len(evs):len(evs)]
 		}
@@ -163,10 +163,10 @@ func (f *finished) Parent() trace.SpanContext {
 	return f.h.root.SpanContext()
 }
 
-func (f *finished) SpanKind() trace.SpanKind                    { return f.kind }
-func (f *finished) StartTime() time.Time                        { return time.Unix(0, f.start) }
-func (f *finished) EndTime() time.Time                          { return time.Unix(0, f.end) }
-func (f *finished) Attributes() []attribute.KeyValue            { return f.attrs }
+func (f *finished) SpanKind() trace.SpanKind         { return f.kind }
+func (f *finished) StartTime() time.Time             { return time.Unix(0, f.start) }
+func (f *finished) EndTime() time.Time               { return time.Unix(0, f.end) }
+func (f *finished) Attributes() []attribute.KeyValue { return f.attrs }
 func (f *finished) Links() []sdktrace.Link {
 	if f == f.h.root {
 		return f.h.links

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -187,7 +186,7 @@ func (*discard) ForceFlush(context.Context) error                { return nil }
 // preemptions) and a detokenization span, its instants in order.
 func randomTimeline(rng *rand.Rand) Timeline {
 	at := 0.0
-	next := func() time.Time { at += float64(1 + rng.IntN(50)); return ms(at) }
+	next := func() int64 { at += float64(1 + rng.IntN(50)); return ms(at) }
 	tl := Timeline{Name: "chat m", Start: next(), InputProcessed: next(), FirstQueued: next(), InputTokens: rng.IntN(600)}
 	for r := range 1 + rng.IntN(3) {
 		run := Run{Start: next(), Chunks: 1 + rng.IntN(3), ComputedTokens: 100 * (r + 1), CachedTokens: rng.IntN(50)}
@@ -202,7 +201,7 @@ func randomTimeline(rng *rand.Rand) Timeline {
 		run.Preempted = next()
 		tl.Runs = append(tl.Runs, run)
 	}
-	tl.Runs[len(tl.Runs)-1].Preempted = time.Time{}
+	tl.Runs[len(tl.Runs)-1].Preempted = 0
 	if rng.IntN(2) == 0 {
 		tl.Detokenize = &Detokenize{First: next(), Last: next()}
 	}

@@ -9,7 +9,8 @@ import (
 )
 
 // Timeline is what the tracker knows about one finished request, reduced to
-// the instants that bound its spans. Zero times mean "never happened".
+// the instants that bound its spans. Times are Unix nanoseconds, as the
+// tracker keeps them and the SDK exports them; 0 means "never happened".
 type Timeline struct {
 	// Name is the root span's name, "{operation} {model}".
 	Name string
@@ -23,23 +24,28 @@ type Timeline struct {
 	// trace: an untrusted caller's (see otelstats.Arrival.Link).
 	Link trace.SpanContext
 
-	Start time.Time // ARRIVED
-	End   time.Time // the request's FINISHED (the frontend's when both report)
+	Start int64 // ARRIVED
+	End   int64 // the request's FINISHED (the frontend's when both report)
 	// EngineEnd ends the last run or wait: the engine's FINISHED, or End when
 	// the engine did not report one.
-	EngineEnd time.Time
+	EngineEnd int64
 
 	RootAttrs  []attribute.KeyValue
 	Status     codes.Code
 	StatusDesc string
 
-	InputProcessed time.Time // zero if never reported
-	InputTokens    int       // -1 if unknown
+	InputProcessed int64 // 0 if never reported
+	InputTokens    int   // -1 if unknown
 
-	// FirstQueued is the first QUEUED, zero if never queued; after a later
+	// FirstQueued is the first QUEUED, 0 if never queued; after a later
 	// InputProcessed the gap between them is the llm.handoff span.
-	FirstQueued time.Time
-	Runs        []Run
+	FirstQueued int64
+	// KVTransfer is a decode instance's transfer of the request's KV cache
+	// (SPEC §7), between the first wait and the first run; nil without one.
+	KVTransfer *KVTransfer
+	Runs       []Run
+	// Encodes are the request's multimodal encoder runs (SPEC §9).
+	Encodes []Encode
 
 	Detokenize *Detokenize // nil if the frontend delivered nothing
 
@@ -50,14 +56,20 @@ type Timeline struct {
 // Run is the time between a PREFILLING that follows QUEUED or PREEMPTED and
 // the next PREEMPTED or FINISHED.
 type Run struct {
-	Start      time.Time // first PREFILLING of the run
-	FirstToken time.Time // first token time in the run; zero if none
-	// Preempted is when the run ended by preemption; zero for the last run.
-	Preempted      time.Time
+	Start      int64 // first PREFILLING of the run
+	FirstToken int64 // first token time in the run; 0 if none
+	// Preempted is when the run ended by preemption; 0 for the last run.
+	Preempted      int64
 	ComputedTokens int
 	CachedTokens   int
-	Chunks         int
-	OutputTokens   int
+	// RemoteTokens, on the run after a KV transfer, are the computed tokens
+	// whose KV came from the other instance.
+	RemoteTokens int
+	Chunks       int
+	OutputTokens int
+	// Speculative decoding in the run's decode segment (SPEC §8); steps 0:
+	// none.
+	DraftTokens, AcceptedTokens, SpecSteps int
 	// Chunks after the first, for the per-chunk events.
 	ChunkEvents []ChunkEvent
 	// Steps, when set, become llm.decode.step events on the run's decode
@@ -65,25 +77,41 @@ type Run struct {
 	Steps []StepEvent
 	// TokenTimes, when set, become the decode span's
 	// llm.decode.token_offsets_us attribute (detail level 3).
-	TokenTimes []time.Time
+	TokenTimes []int64
+}
+
+// KVTransfer is a decode instance waiting for the request's KV cache.
+type KVTransfer struct {
+	Wait, Ready int64 // REMOTE_KV_WAIT, REMOTE_KV_READY (0: never came)
+	Source      string
+	Tokens      int
+	Bytes       int64
+	Failed      bool
+}
+
+// Encode is one multimodal encoder run.
+type Encode struct {
+	Start, End    int64
+	Items, Tokens int
+	CacheHit      bool
 }
 
 // StepEvent is one engine step that produced tokens for the request.
 type StepEvent struct {
-	Time      time.Time
+	Time      int64
 	Index     int64
 	BatchSize int
 }
 
 // ChunkEvent is a further chunk of a chunked prefill.
 type ChunkEvent struct {
-	Time           time.Time
+	Time           int64
 	ComputedTokens int
 }
 
 // Detokenize bounds the frontend's deliveries.
 type Detokenize struct {
-	First, Last time.Time
+	First, Last int64
 	Busy        time.Duration
 	Deliveries  int
 }

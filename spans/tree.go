@@ -1,8 +1,6 @@
 package spans
 
 import (
-	"time"
-
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -10,21 +8,22 @@ import (
 	"github.com/llmtrace/llmtrace/attributes"
 )
 
-// Span is one span of a request's tree as plain data.
+// Span is one span of a request's tree as plain data. Times are Unix
+// nanoseconds.
 type Span struct {
 	Name       string
 	Kind       trace.SpanKind
-	Start, End time.Time
+	Start, End int64
 	Attrs      []attribute.KeyValue
 	Events     []Event
 	Status     codes.Code
 	StatusDesc string
 }
 
-// Event is a span event with an explicit time.
+// Event is a span event with an explicit time (Unix nanoseconds).
 type Event struct {
 	Name  string
-	Time  time.Time
+	Time  int64
 	Attrs []attribute.KeyValue
 }
 
@@ -60,12 +59,12 @@ func (t *Tree) Reset() {
 func Build(tl *Timeline, dst *Tree) {
 	dst.TraceID, dst.SpanID, dst.Parent, dst.Link = tl.TraceID, tl.SpanID, tl.Parent, tl.Link
 	start, end := tl.Start, tl.End
-	if end.Before(start) {
+	if end < start {
 		end = start
 		dst.Clamped++
 	}
 	engineEnd := tl.EngineEnd
-	if engineEnd.IsZero() {
+	if engineEnd == 0 {
 		engineEnd = end
 	}
 	root := dst.add(tl.Name, trace.SpanKindServer, start, end)
@@ -74,103 +73,169 @@ func Build(tl *Timeline, dst *Tree) {
 	if tl.RootOnly {
 		return
 	}
-
-	if !tl.InputProcessed.IsZero() {
-		s := dst.child(start, end, attributes.SpanInputProcessing, start, tl.InputProcessed)
-		if tl.InputTokens >= 0 {
-			s.Attrs = append(s.Attrs, attributes.UsageInputTokens.Int(tl.InputTokens))
-		}
+	b := builder{t: dst, lo: start, hi: end, engineEnd: engineEnd}
+	b.input(tl)
+	b.firstWait(tl)
+	b.runs(tl)
+	for _, e := range tl.Encodes {
+		s := b.child(attributes.SpanEncode, e.Start, e.End)
+		s.Attrs = append(s.Attrs, attributes.EncodeItems.Int(e.Items), attributes.EncodeTokens.Int(e.Tokens),
+			attributes.EncodeCacheHit.Bool(e.CacheHit))
 	}
-
-	// The handoff to the engine, where a waterfall would otherwise show an
-	// unexplained gap (SPEC §3).
-	if !tl.InputProcessed.IsZero() && tl.FirstQueued.After(tl.InputProcessed) {
-		dst.child(start, end, attributes.SpanHandoff, tl.InputProcessed, tl.FirstQueued)
-	}
-
-	// Waits: the first queueing, then one after every preemption.
-	if !tl.FirstQueued.IsZero() {
-		waitEnd := engineEnd
-		if len(tl.Runs) > 0 {
-			waitEnd = tl.Runs[0].Start
-		}
-		s := dst.child(start, end, attributes.SpanQueue, tl.FirstQueued, waitEnd)
-		s.Attrs = append(s.Attrs, attributes.QueueReason.String(attributes.QueueReasonNew))
-	}
-	segment := 0
-	for i := range tl.Runs {
-		r := &tl.Runs[i]
-		runEnd := r.Preempted
-		if runEnd.IsZero() {
-			runEnd = engineEnd
-		}
-		prefillEnd := r.FirstToken
-		if prefillEnd.IsZero() {
-			prefillEnd = runEnd
-		}
-		p := dst.child(start, end, attributes.SpanPrefill, r.Start, prefillEnd)
-		p.Attrs = append(p.Attrs,
-			attributes.PrefillComputedTokens.Int(r.ComputedTokens),
-			attributes.PrefillCachedTokens.Int(r.CachedTokens),
-			attributes.PrefillChunks.Int(r.Chunks),
-			attributes.PrefillRecompute.Bool(i > 0),
-		)
-		for j, ev := range r.ChunkEvents {
-			t := clampTime(ev.Time, p.Start, p.End)
-			p.Events = append(p.Events, Event{
-				Name: attributes.EventPrefillChunk,
-				Time: t,
-				Attrs: dst.eventAttrs(
-					attributes.ChunkIndex.Int(j+1),
-					attributes.PrefillComputedTokens.Int(ev.ComputedTokens),
-				),
-			})
-		}
-		if !r.FirstToken.IsZero() {
-			// A run preempted right after its first token can see that
-			// token delivered after the PREEMPTED: the segment then
-			// lasts zero time at the delivery (no skew, nothing to
-			// count), and the prefill ends at the delivery too.
-			d := dst.child(start, end, attributes.SpanDecode, r.FirstToken, later(runEnd, r.FirstToken))
-			d.Attrs = append(d.Attrs,
-				attributes.DecodeOutputTokens.Int(r.OutputTokens),
-				attributes.DecodeSegment.Int(segment),
-			)
-			for _, st := range r.Steps {
-				d.Events = append(d.Events, Event{
-					Name: attributes.EventDecodeStep,
-					Time: clampTime(st.Time, d.Start, d.End),
-					Attrs: dst.eventAttrs(
-						attributes.StepIndex.Int64(st.Index),
-						attributes.StepBatchSize.Int(st.BatchSize),
-					),
-				})
-			}
-			if len(r.TokenTimes) > 0 {
-				offs := make([]int64, len(r.TokenTimes))
-				for i, tt := range r.TokenTimes {
-					offs[i] = max(tt.Sub(d.Start).Microseconds(), 0)
-				}
-				d.Attrs = append(d.Attrs, attributes.DecodeTokenOffsets.Int64Slice(offs))
-			}
-			segment++
-		}
-		if !r.Preempted.IsZero() {
-			waitEnd := engineEnd
-			if i+1 < len(tl.Runs) {
-				waitEnd = tl.Runs[i+1].Start
-			}
-			q := dst.child(start, end, attributes.SpanQueue, r.Preempted, waitEnd)
-			q.Attrs = append(q.Attrs, attributes.QueueReason.String(attributes.QueueReasonPreempted))
-		}
-	}
-
 	if d := tl.Detokenize; d != nil {
-		s := dst.child(start, end, attributes.SpanDetokenize, d.First, d.Last)
+		s := b.child(attributes.SpanDetokenize, d.First, d.Last)
 		s.Attrs = append(s.Attrs,
 			attributes.DetokenizeBusyTime.Float64(d.Busy.Seconds()),
 			attributes.DetokenizeDeliveries.Int(d.Deliveries),
 		)
+	}
+}
+
+// builder adds a tree's children, clamped into the root [lo, hi].
+type builder struct {
+	t         *Tree
+	lo, hi    int64
+	engineEnd int64
+}
+
+func (b *builder) child(name string, s, e int64) *Span { return b.t.child(b.lo, b.hi, name, s, e) }
+
+// input adds input processing and the handoff to the engine, where a
+// waterfall would otherwise show an unexplained gap (SPEC §3).
+func (b *builder) input(tl *Timeline) {
+	if tl.InputProcessed == 0 {
+		return
+	}
+	s := b.child(attributes.SpanInputProcessing, tl.Start, tl.InputProcessed)
+	if tl.InputTokens >= 0 {
+		s.Attrs = append(s.Attrs, attributes.UsageInputTokens.Int(tl.InputTokens))
+	}
+	if tl.FirstQueued > tl.InputProcessed {
+		b.child(attributes.SpanHandoff, tl.InputProcessed, tl.FirstQueued)
+	}
+}
+
+// firstWait adds the wait before the first run: one queue span, or on a
+// decode instance the wait for the KV cache, its transfer and the wait
+// after it (SPEC §7).
+func (b *builder) firstWait(tl *Timeline) {
+	waitEnd := b.engineEnd
+	if len(tl.Runs) > 0 {
+		waitEnd = tl.Runs[0].Start
+	}
+	kv := tl.KVTransfer
+	if kv == nil {
+		if tl.FirstQueued != 0 {
+			b.queue(tl.FirstQueued, waitEnd, attributes.QueueReasonNew)
+		}
+		return
+	}
+	if tl.FirstQueued != 0 {
+		b.queue(tl.FirstQueued, kv.Wait, attributes.QueueReasonNew)
+	}
+	ready := kv.Ready
+	if ready == 0 {
+		ready = b.engineEnd
+	}
+	s := b.child(attributes.SpanKVTransfer, kv.Wait, ready)
+	s.Attrs = append(s.Attrs, attributes.KVTransferTokens.Int(kv.Tokens), attributes.KVTransferBytes.Int64(kv.Bytes),
+		attributes.KVTransferSource.String(kv.Source))
+	if kv.Failed {
+		s.Attrs = append(s.Attrs, attributes.ErrorType.String(attributes.ErrorKVTransferFailed))
+		s.Status, s.StatusDesc = codes.Error, attributes.ErrorKVTransferFailed
+	}
+	if kv.Ready != 0 {
+		b.queue(kv.Ready, waitEnd, attributes.QueueReasonKVReady)
+	}
+}
+
+func (b *builder) queue(s, e int64, reason string) {
+	q := b.child(attributes.SpanQueue, s, e)
+	q.Attrs = append(q.Attrs, attributes.QueueReason.String(reason))
+}
+
+// runs adds each run's prefill and decode segment, and the wait after each
+// preemption.
+func (b *builder) runs(tl *Timeline) {
+	segment := 0
+	for i := range tl.Runs {
+		r := &tl.Runs[i]
+		runEnd := r.Preempted
+		if runEnd == 0 {
+			runEnd = b.engineEnd
+		}
+		b.prefill(r, i > 0, runEnd)
+		if r.FirstToken != 0 {
+			b.decode(r, segment, runEnd)
+			segment++
+		}
+		if r.Preempted != 0 {
+			waitEnd := b.engineEnd
+			if i+1 < len(tl.Runs) {
+				waitEnd = tl.Runs[i+1].Start
+			}
+			b.queue(r.Preempted, waitEnd, attributes.QueueReasonPreempted)
+		}
+	}
+}
+
+func (b *builder) prefill(r *Run, recompute bool, runEnd int64) {
+	prefillEnd := r.FirstToken
+	if prefillEnd == 0 {
+		prefillEnd = runEnd
+	}
+	p := b.child(attributes.SpanPrefill, r.Start, prefillEnd)
+	p.Attrs = append(p.Attrs,
+		attributes.PrefillComputedTokens.Int(r.ComputedTokens),
+		attributes.PrefillCachedTokens.Int(r.CachedTokens),
+		attributes.PrefillChunks.Int(r.Chunks),
+		attributes.PrefillRecompute.Bool(recompute),
+	)
+	if r.RemoteTokens > 0 {
+		p.Attrs = append(p.Attrs, attributes.PrefillRemoteTokens.Int(r.RemoteTokens))
+	}
+	for j, ev := range r.ChunkEvents {
+		p.Events = append(p.Events, Event{
+			Name: attributes.EventPrefillChunk,
+			Time: clamp(ev.Time, p.Start, p.End),
+			Attrs: b.t.eventAttrs(
+				attributes.ChunkIndex.Int(j+1),
+				attributes.PrefillComputedTokens.Int(ev.ComputedTokens),
+			),
+		})
+	}
+}
+
+// decode adds a run's decode segment. A run preempted right after its
+// first token can see that token delivered after the PREEMPTED: the segment
+// then lasts zero time at the delivery (no skew, nothing to count), and the
+// prefill ends at the delivery too.
+func (b *builder) decode(r *Run, segment int, runEnd int64) {
+	d := b.child(attributes.SpanDecode, r.FirstToken, max(runEnd, r.FirstToken))
+	d.Attrs = append(d.Attrs,
+		attributes.DecodeOutputTokens.Int(r.OutputTokens),
+		attributes.DecodeSegment.Int(segment),
+	)
+	if r.SpecSteps > 0 {
+		d.Attrs = append(d.Attrs, attributes.SpecDraftTokens.Int(r.DraftTokens),
+			attributes.SpecAcceptedTokens.Int(r.AcceptedTokens), attributes.SpecSteps.Int(r.SpecSteps))
+	}
+	for _, st := range r.Steps {
+		d.Events = append(d.Events, Event{
+			Name: attributes.EventDecodeStep,
+			Time: clamp(st.Time, d.Start, d.End),
+			Attrs: b.t.eventAttrs(
+				attributes.StepIndex.Int64(st.Index),
+				attributes.StepBatchSize.Int(st.BatchSize),
+			),
+		})
+	}
+	if len(r.TokenTimes) > 0 {
+		offs := make([]int64, len(r.TokenTimes))
+		for i, tt := range r.TokenTimes {
+			offs[i] = max((tt-d.Start)/1e3, 0)
+		}
+		d.Attrs = append(d.Attrs, attributes.DecodeTokenOffsets.Int64Slice(offs))
 	}
 }
 
@@ -183,7 +248,7 @@ func (t *Tree) eventAttrs(kv ...attribute.KeyValue) []attribute.KeyValue {
 	return t.evAttrs[i:len(t.evAttrs):len(t.evAttrs)]
 }
 
-func (t *Tree) add(name string, kind trace.SpanKind, s, e time.Time) *Span {
+func (t *Tree) add(name string, kind trace.SpanKind, s, e int64) *Span {
 	if len(t.Spans) < cap(t.Spans) {
 		t.Spans = t.Spans[:len(t.Spans)+1]
 	} else {
@@ -195,30 +260,15 @@ func (t *Tree) add(name string, kind trace.SpanKind, s, e time.Time) *Span {
 }
 
 // child adds an INTERNAL span clamped into [lo, hi].
-func (t *Tree) child(lo, hi time.Time, name string, s, e time.Time) *Span {
-	cs, ce := clampTime(s, lo, hi), clampTime(e, lo, hi)
-	if ce.Before(cs) {
+func (t *Tree) child(lo, hi int64, name string, s, e int64) *Span {
+	cs, ce := clamp(s, lo, hi), clamp(e, lo, hi)
+	if ce < cs {
 		ce = cs
 	}
-	if !cs.Equal(s) || !ce.Equal(e) {
+	if cs != s || ce != e {
 		t.Clamped++
 	}
 	return t.add(name, trace.SpanKindInternal, cs, ce)
 }
 
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-func clampTime(t, lo, hi time.Time) time.Time {
-	if t.Before(lo) {
-		return lo
-	}
-	if t.After(hi) {
-		return hi
-	}
-	return t
-}
+func clamp(t, lo, hi int64) int64 { return min(max(t, lo), hi) }

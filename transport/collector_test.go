@@ -374,7 +374,7 @@ func TestRobustness(t *testing.T) {
 		{"garbage", []byte("\x00\x01\x02garbage\xff"), func(st Stats) bool { return st.Garbage == 1 }},
 		{"oversized frame", append(AppendHeader(nil), 0x7F, 0, 0, 0, 2, 1, 2, 3), func(st Stats) bool { return st.Oversized == 1 }},
 		{"zero-length frame", append(AppendHeader(nil), 0, 0, 0, 0), func(st Stats) bool { return st.Oversized == 1 }},
-		{"malformed then good frame", append(append(AppendHeader(nil), frame(FrameUpdate, 9, 0, 1, 1, 'r')...), upd...),
+		{"malformed then good frame", append(append(AppendHeader(nil), frame(FrameUpdate, 99, 0, 1, 1, 'r')...), upd...),
 			func(st Stats) bool { return st.Malformed == 1 && st.Updates == 31 }},
 		{"partial json line", []byte(badLine), func(st Stats) bool { return st.Truncated == 1 }},
 		{"oversized json line", []byte(`{"a":"` + strings.Repeat("x", DefaultMaxLine) + "\"}\n" + `{"request_id":"ok","type":"ARRIVED","ts":1700000000,"model":"m"}` + "\n"),
@@ -409,7 +409,7 @@ func TestMalformedCountsInTracker(t *testing.T) {
 	e := newEnv(t, Config{})
 	conn := e.dial()
 	b := AppendHeader(nil)
-	b = append(b, frame(FrameUpdate, 9, 0, 1, 1, 'r')...)
+	b = append(b, frame(FrameUpdate, 99, 0, 1, 1, 'r')...)
 	b = append(b, frame(FrameUpdate, 2, 0, 1, 1, 'r')...) // INPUT_PROCESSED without prompt tokens
 	conn.Write(b)
 	conn.Close()

@@ -126,7 +126,7 @@ func TestDecodeFrameErrors(t *testing.T) {
 		{"hello truncated varint", frame(FrameHello, 0x80), ErrMalformed},
 		{"hello name past end", frame(FrameHello, 1, 1, 9, 'a'), ErrMalformed},
 		{"update no body", frame(FrameUpdate), ErrMalformed},
-		{"bad kind", frame(FrameUpdate, 9, 0, 1, 1, 'r'), ErrMalformed},
+		{"bad kind", frame(FrameUpdate, 99, 0, 1, 1, 'r'), ErrMalformed},
 		{"kind zero", frame(FrameUpdate, 0, 0, 1, 1, 'r'), ErrMalformed},
 		{"side 3", frame(FrameUpdate, 3, 3, 1, 1, 'r'), ErrMalformed},
 		{"unknown flag", frame(FrameUpdate, 3, 0x08, 1, 1, 'r'), ErrMalformed},

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -331,6 +332,17 @@ func TestComposeWiring(t *testing.T) {
 	if v, _ := flagValue(prom.Command, "--config.file"); v != mountTarget(t, prom, prometheusConfig) {
 		t.Errorf("prometheus command %v does not load the mounted %s", prom.Command, prometheusConfig)
 	}
+	// Rule files resolve against the config's directory in the container;
+	// each must be mounted there from deploy/prometheus/.
+	if len(pc.RuleFiles) == 0 {
+		t.Errorf("%s loads no rule files; the vLLM recording rules (%s) would be missing", prometheusConfig, vllmRules)
+	}
+	for _, rf := range pc.RuleFiles {
+		rel := filepath.Join(filepath.Dir(prometheusConfig), rf)
+		if want := path.Join(path.Dir(mountTarget(t, prom, prometheusConfig)), rf); mountTarget(t, prom, rel) != want {
+			t.Errorf("rule file %s is mounted at %s, want %s", rel, mountTarget(t, prom, rel), want)
+		}
+	}
 	if v, _ := flagValue(prom.Command, "--enable-feature"); !strings.Contains(v, "exemplar-storage") {
 		t.Error("prometheus runs without --enable-feature=exemplar-storage: exemplars would be dropped")
 	}
@@ -582,6 +594,7 @@ type promConfig struct {
 		ScrapeInterval     string `yaml:"scrape_interval"`
 		EvaluationInterval string `yaml:"evaluation_interval"`
 	} `yaml:"global"`
+	RuleFiles     []string `yaml:"rule_files"`
 	ScrapeConfigs []struct {
 		JobName       string `yaml:"job_name"`
 		HonorLabels   bool   `yaml:"honor_labels"`

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,7 +49,8 @@ import (
 //	                                       (the default when CI is set;
 //	                                       LLMTRACE_BUILD_COLLECTOR=0 opts out)
 //
-// The cache is testbackend.CacheDir() (~/.cache/llmtrace, where
+// testbackend.CollectorBuild does it (the one ocb harness, shared with
+// e2e/fleet): the cache is testbackend.CacheDir() (~/.cache/llmtrace, where
 // scripts/build-jaeger.sh keeps Jaeger); a binary built once is found there
 // again, keyed by the builder config's hash, without either variable.
 const builderVersion = "v0.165.0"
@@ -79,61 +78,10 @@ func collectorBinary(t *testing.T) string {
 }
 
 func findOrBuildCollector(root string) (bin, skip string, err error) {
-	if p := os.Getenv("LLMTRACE_OTELCOL_BIN"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", "", fmt.Errorf("LLMTRACE_OTELCOL_BIN: %w", err)
-		}
-		return p, "", nil
-	}
-	cfg, err := os.ReadFile(filepath.Join(root, builderConfig))
-	if err != nil {
-		return "", "", err
-	}
-	sum := sha256.Sum256(append([]byte(builderVersion+"\n"), cfg...))
-	cache := testbackend.CacheDir()
-	if cache == "" {
-		return "", "no cache directory ($HOME unset); set LLMTRACE_OTELCOL_BIN", nil
-	}
-	dir := filepath.Join(cache, "otelcol-"+hex.EncodeToString(sum[:6]))
-	bin = filepath.Join(dir, "otelcol-llmtrace")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, "", nil
-	}
-	build := os.Getenv("LLMTRACE_BUILD_COLLECTOR")
-	if build != "1" && (build == "0" || os.Getenv(testbackend.EnvCI) == "") {
-		return "", fmt.Sprintf("no collector binary at %s; set LLMTRACE_BUILD_COLLECTOR=1 to build it with ocb %s (a few minutes, once) or LLMTRACE_OTELCOL_BIN=/path/to/binary", bin, builderVersion), nil
-	}
-	// ocb resolves output_path against its working directory; point it at
-	// the cache entry.
-	var m map[string]any
-	if err := yaml.Unmarshal(cfg, &m); err != nil {
-		return "", "", err
-	}
-	m["dist"].(map[string]any)["output_path"] = dir
-	out, err := yaml.Marshal(m)
-	if err != nil {
-		return "", "", err
-	}
-	work, err := os.MkdirTemp("", "otelcol-build-")
-	if err != nil {
-		return "", "", err
-	}
-	defer os.RemoveAll(work)
-	tmp := filepath.Join(work, "builder-config.yaml")
-	if err := os.WriteFile(tmp, out, 0o644); err != nil {
-		return "", "", err
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
-	}
-	start := time.Now()
-	cmd := exec.Command("go", "run", "go.opentelemetry.io/collector/cmd/builder@"+builderVersion, "--config="+tmp)
-	cmd.Dir = work // outside any module
-	if log, err := cmd.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("ocb build: %w\n%s", err, log)
-	}
-	fmt.Fprintf(os.Stderr, "deploycheck: built the collector with ocb %s in %s: %s\n", builderVersion, time.Since(start).Round(time.Second), bin)
-	return bin, "", nil
+	return testbackend.CollectorBuild{
+		Manifest: filepath.Join(root, builderConfig), BuilderVersion: builderVersion,
+		RepoRoot: root, BinEnv: "LLMTRACE_OTELCOL_BIN",
+	}.Binary()
 }
 
 // TestCollectorValidates runs the real collector's validate command over
@@ -167,6 +115,7 @@ func e2eInstruments() []e2eInstrument {
 	with := func(kv ...attribute.KeyValue) []attribute.KeyValue { return append(slices.Clone(base), kv...) }
 	req := [][]attribute.KeyValue{base}
 	none := [][]attribute.KeyValue{nil}
+	decode := [][]attribute.KeyValue{with(attributes.PDRole.String("decode"))}
 	s, tok := attributes.UnitSeconds, attributes.UnitToken
 	return []e2eInstrument{
 		{attributes.MetricTimeToFirstToken, "histogram", s, attributes.TimeToFirstTokenBuckets(), req},
@@ -193,6 +142,19 @@ func e2eInstruments() []e2eInstrument {
 		{attributes.MetricSpansDropped, "counter", attributes.UnitSpan, nil, none},
 		{attributes.MetricSpansClamped, "counter", attributes.UnitSpan, nil, none},
 		{attributes.MetricRequestsEvicted, "counter", attributes.UnitRequest, nil, none},
+		{attributes.MetricAttributesTruncated, "counter", "{attribute}", nil,
+			[][]attribute.KeyValue{{attributes.TruncatedKey.String(string(attributes.RequestModel))}}},
+		{attributes.MetricKVTransferDuration, "histogram", s, attributes.PhaseDurationBuckets(), decode},
+		{attributes.MetricKVTransferTokens, "counter", tok, nil, decode},
+		{attributes.MetricKVTransferBytes, "counter", attributes.UnitByte, nil, decode},
+		{attributes.MetricKVTransferFailures, "counter", attributes.UnitTransfer, nil, decode},
+		{attributes.MetricSpecDraftTokens, "counter", tok, nil, req},
+		{attributes.MetricSpecAcceptedTokens, "counter", tok, nil, req},
+		{attributes.MetricSpecSteps, "counter", attributes.UnitStep, nil, req},
+		{attributes.MetricSpecAcceptedPerPosition, "counter", tok, nil,
+			[][]attribute.KeyValue{with(attributes.SpecPosition.Int(0)), with(attributes.SpecPosition.Int(1))}},
+		{attributes.MetricSpecAcceptanceRate, "histogram", attributes.UnitRatio, attributes.AcceptanceRateBuckets(), req},
+		{attributes.MetricEncodeDuration, "histogram", s, attributes.PhaseDurationBuckets(), req},
 	}
 }
 
@@ -449,59 +411,6 @@ func scrapeOpenMetrics(t *testing.T, u string) scrape {
 	return s
 }
 
-type dashQuery struct {
-	where, expr string
-}
-
-// dashboardQueries returns the dashboard's PromQL, Grafana variables
-// replaced for the test's service, and the label_values() queries of its
-// template variables as (series selector, label).
-func dashboardQueries(t *testing.T, service string) (exprs []dashQuery, vars [][2]string) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), dashboardFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				RefID      string `json:"refId"`
-				Expr       string `json:"expr"`
-				Datasource struct{ Type string }
-			} `json:"targets"`
-		} `json:"panels"`
-		Templating struct {
-			List []struct {
-				Name  string `json:"name"`
-				Query struct {
-					Query string `json:"query"`
-				} `json:"query"`
-			} `json:"list"`
-		} `json:"templating"`
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatal(err)
-	}
-	r := strings.NewReplacer("$__rate_interval", "1m", "${service}", service, "$service", service, "${model}", ".*", "$model", ".*")
-	for _, p := range d.Panels {
-		for _, tg := range p.Targets {
-			if tg.Datasource.Type == "prometheus" {
-				exprs = append(exprs, dashQuery{fmt.Sprintf("%s/%s", p.Title, tg.RefID), r.Replace(tg.Expr)})
-			}
-		}
-	}
-	lv := regexp.MustCompile(`^label_values\((.*),\s*([a-zA-Z_][a-zA-Z0-9_]*)\)$`)
-	for _, v := range d.Templating.List {
-		m := lv.FindStringSubmatch(r.Replace(v.Query.Query))
-		if m == nil {
-			t.Fatalf("variable %s: unexpected query %q", v.Name, v.Query.Query)
-		}
-		vars = append(vars, [2]string{m[1], m[2]})
-	}
-	return exprs, vars
-}
-
 // TestCollectorEndToEnd runs the real collector with the deploy config,
 // pushes every llmtrace metric to it over OTLP exactly as the SDK in an
 // instrumented program does, and checks what comes out:
@@ -603,16 +512,10 @@ func TestCollectorEndToEnd(t *testing.T) {
 			t.Errorf("gen_ai_server_request_duration_seconds_count has no %s label", l)
 		}
 	}
-	exprs, vars := dashboardQueries(t, service)
+	d := loadGrafanaDashboard(t, filepath.Join(repoRoot(t), dashboardFile))
+	exprs := d.promQueries()
 	for _, q := range exprs {
-		// Metric names: identifiers outside label matchers and grouping
-		// clauses, not followed by "(".
-		bare := regexp.MustCompile(`\{[^}]*\}|\b(?:by|without)\s*\([^)]*\)|\[[^\]]*\]`).ReplaceAllString(q.expr, " ")
-		for _, m := range regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\()?`).FindAllStringSubmatch(bare, -1) {
-			name := m[1]
-			if m[2] != "" || slices.Contains([]string{"by", "without", "and", "or", "unless", "bool", "on", "ignoring"}, name) {
-				continue
-			}
+		for _, name := range seriesNames(q.expr) {
 			if got.series[name] == nil {
 				t.Errorf("%s: %s is not in the collector's output", q.where, name)
 			}
@@ -632,33 +535,34 @@ func TestCollectorEndToEnd(t *testing.T) {
 		return
 	}
 	promTarget := fmt.Sprintf("127.0.0.1:%d", promPort)
-	promURL := startPrometheus(t, promBin, promTarget)
+	promURL := startPrometheus(t, promBin, promTarget, "")
 
-	// Every dashboard query returns at least one real number.
-	deadline = time.Now().Add(45 * time.Second)
-	pending := exprs
-	for len(pending) > 0 && time.Now().Before(deadline) {
-		var still []dashQuery
-		for _, q := range pending {
-			if ok, _ := promHasValue(t, promURL, q.expr); !ok {
-				still = append(still, q)
-			}
-		}
-		pending = still
-		if len(pending) > 0 {
-			time.Sleep(time.Second)
-		}
+	// The variables find the service (from job: this resource has no
+	// service_name on target_info) and the model, and every panel query
+	// returns at least one real number.
+	if _, err := promWaitValue(t, promURL, `llm_server_requests_total`, 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
-	for _, q := range pending {
-		_, detail := promHasValue(t, promURL, q.expr)
-		t.Errorf("%s: no data from Prometheus for %s (%s)", q.where, q.expr, detail)
+	vs, err := resolveVariables(t, promURL, d, map[string]string{"service": service})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The template variables find the service and the model.
-	for _, v := range vars {
-		vals := promLabelValues(t, promURL, v[1], v[0])
-		wantVal := map[string]string{"job": service, "gen_ai_request_model": "demo-model"}[v[1]]
-		if !slices.Contains(vals, wantVal) {
-			t.Errorf("label_values(%s, %s) = %v, want %q among them", v[0], v[1], vals, wantVal)
+	if m := vs.options["model"]; !slices.Contains(m, "demo-model") {
+		t.Errorf("the model variable offers %q, want demo-model among them", m)
+	}
+	for _, q := range waitForData(t, promURL, vs, exprs, 45*time.Second) {
+		t.Error(q)
+	}
+	// The vLLM rules give the model-less series (engine gauges, the
+	// scheduler's prefix-cache counters) the model their instance served.
+	for _, q := range []string{
+		`vllm:num_requests_running{model_name="demo-model", engine="0"}`,
+		`vllm:kv_cache_usage_perc{model_name="demo-model"}`,
+		`vllm:prefix_cache_queries_total{model_name="demo-model", gen_ai_request_model=""}`,
+		`vllm:prefix_cache_queries_total{model_name="demo-model", gen_ai_request_model="demo-model"}`,
+	} {
+		if _, err := promWaitValue(t, promURL, q, 15*time.Second); err != nil {
+			t.Error(err)
 		}
 	}
 	// The exemplar made it through Prometheus, under the label Grafana's
@@ -671,9 +575,12 @@ func TestCollectorEndToEnd(t *testing.T) {
 	}
 }
 
-// startPrometheus runs Prometheus with deploy/prometheus/prometheus.yml,
-// its target moved to the test collector and the scrape interval cut to 1s.
-func startPrometheus(t *testing.T, bin, target string) string {
+// startPrometheus runs Prometheus with deploy/prometheus/prometheus.yml and
+// its rule files, the scrape and rule-evaluation intervals cut to 1s, and
+// its otel-collector target moved to target. With a job name, the scrape
+// is made a direct one, as a user scraping a program's own /metrics writes
+// it: that job name, and labels from the scrape (honor_labels off).
+func startPrometheus(t *testing.T, bin, target, job string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), prometheusConfig))
 	if err != nil {
@@ -684,8 +591,13 @@ func startPrometheus(t *testing.T, bin, target string) string {
 		t.Fatal(err)
 	}
 	c["global"].(map[string]any)["scrape_interval"] = "1s"
+	c["global"].(map[string]any)["evaluation_interval"] = "1s"
 	replaced := 0
 	for _, sc := range c["scrape_configs"].([]any) {
+		if job != "" {
+			sc.(map[string]any)["job_name"] = job
+			sc.(map[string]any)["honor_labels"] = false
+		}
 		for _, st := range sc.(map[string]any)["static_configs"].([]any) {
 			targets := st.(map[string]any)["targets"].([]any)
 			for i, tg := range targets {
@@ -707,6 +619,21 @@ func startPrometheus(t *testing.T, bin, target string) string {
 	cfg := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfg, out, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// Rule files are relative to the config's directory: copy them beside it.
+	rules, _ := c["rule_files"].([]any)
+	for _, r := range rules {
+		rel, _ := r.(string)
+		if rel == "" || filepath.IsAbs(rel) || strings.Contains(rel, "..") {
+			t.Fatalf("%s: rule file %q must be a plain path beside the config", prometheusConfig, r)
+		}
+		b, err := os.ReadFile(filepath.Join(repoRoot(t), filepath.Dir(prometheusConfig), rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, rel), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	start(t, bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
@@ -734,44 +661,19 @@ func promGet(t *testing.T, u string, v any) error {
 }
 
 // promHasValue reports whether an instant query returns at least one
-// sample that is a number (not NaN).
+// sample that is a number (not NaN), and if not, why.
 func promHasValue(t *testing.T, base, expr string) (bool, string) {
 	t.Helper()
-	var r struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			ResultType string `json:"resultType"`
-			Result     []struct {
-				Value [2]any `json:"value"`
-			} `json:"result"`
-		} `json:"data"`
-	}
-	if err := promGet(t, base+"/api/v1/query?query="+url.QueryEscape(expr), &r); err != nil {
+	samples, err := promInstant(t, base, expr)
+	if err != nil {
 		return false, err.Error()
 	}
-	if r.Status != "success" {
-		return false, r.Error
-	}
-	for _, s := range r.Data.Result {
-		if v, ok := s.Value[1].(string); ok {
-			if f, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(f) {
-				return true, ""
-			}
+	for _, s := range samples {
+		if f, err := strconv.ParseFloat(s.value, 64); err == nil && !math.IsNaN(f) {
+			return true, ""
 		}
 	}
-	return false, fmt.Sprintf("%d series, none with a number", len(r.Data.Result))
-}
-
-func promLabelValues(t *testing.T, base, label, match string) []string {
-	t.Helper()
-	var r struct {
-		Data []string `json:"data"`
-	}
-	if err := promGet(t, base+"/api/v1/label/"+label+"/values?match[]="+url.QueryEscape(match), &r); err != nil {
-		t.Errorf("label values %s: %v", label, err)
-	}
-	return r.Data
+	return false, fmt.Sprintf("%d series, none with a number", len(samples))
 }
 
 func promHasExemplar(t *testing.T, base, series, traceID string) bool {

@@ -51,6 +51,7 @@ func main() {
 	flag.IntVar(&e.MaxNumSeqs, "max-seqs", e.MaxNumSeqs, "cap on running requests")
 	flag.IntVar(&e.MaxModelLen, "max-model-len", e.MaxModelLen, "context window in tokens")
 	flag.StringVar(&e.Model, "model", e.Model, "model name on spans and metrics")
+	flag.Float64Var(&e.AbortRate, "abort-rate", e.AbortRate, "fraction of clients (0 to 1) that disconnect halfway through their response; the requests end with finish reason abort")
 	flag.StringVar(&o.Sampling, "sampling", "", "end-of-request sampling policy, e.g. errors,preempted,ttft>1s,p99,ratio=0.05 (default: keep every trace)")
 	quiet := flag.Bool("quiet", false, "no progress lines on stderr")
 	flag.Parse()

@@ -38,7 +38,16 @@ type Config struct {
 	// MinUnique is the least number of request-specific prompt tokens.
 	MinUnique int
 
-	// Seed drives the choice of system prompt per request.
+	// AbortRate is the fraction of requests, in [0, 1], whose client
+	// disconnects halfway through the response: after half of its output
+	// tokens (at least one) have been delivered, the frontend aborts the
+	// request and tells the engine, which frees it at its next step (vLLM's
+	// abort path). Requests of one output token never abort. 0 (the
+	// default) aborts nothing.
+	AbortRate float64
+
+	// Seed drives the choice of system prompt per request, and which
+	// requests abort.
 	Seed uint64
 
 	// Realtime paces the simulation against the wall clock, Speedup times
@@ -177,6 +186,9 @@ func (c *Config) Validate() error {
 		if p <= 0 {
 			errs = append(errs, fmt.Errorf("system prefix length %d must be positive", p))
 		}
+	}
+	if !(c.AbortRate >= 0 && c.AbortRate <= 1) {
+		errs = append(errs, fmt.Errorf("abort rate %v must be in [0, 1]", c.AbortRate))
 	}
 	if c.MinUnique < 0 {
 		errs = append(errs, fmt.Errorf("min unique tokens %d must not be negative", c.MinUnique))

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -94,6 +95,7 @@ type Result struct {
 const (
 	ReasonStop             = otelstats.FinishStop
 	ReasonLength           = otelstats.FinishLength
+	ReasonAbort            = otelstats.FinishAbort
 	ErrContextLenExceeded  = "context_length_exceeded"
 	requestIDPrefix        = "req-"
 	checkContextEveryEvent = 1024
@@ -133,7 +135,11 @@ type request struct {
 	preempted time.Time // last preemption, while waiting to resume
 	handle    *otelstats.Request
 	delivered int
-	truth     *Truth
+	// abortAt is the delivered token count at which the client
+	// disconnects (0: never); feDone is set once the frontend finished.
+	abortAt int
+	feDone  bool
+	truth   *Truth
 }
 
 func (r *request) numTokens() int { return r.prompt + r.out }
@@ -155,6 +161,7 @@ const (
 	evAtEngine
 	evStepEnd
 	evDeliver
+	evAbortAtEngine
 )
 
 type event struct {
@@ -180,6 +187,7 @@ type sim struct {
 	waiting []*request
 	running []*request
 	sched   []*request
+	aborts  []*request // aborted by the frontend, not yet freed by the engine
 	busy    bool
 	step    otelstats.Step
 	stats   otelstats.SchedulerStats
@@ -224,6 +232,7 @@ func (s *sim) setup(in []workload.Request) {
 	s.reqs = make([]request, len(in))
 	s.truths = make([]Truth, len(in))
 	prefixRand := splitmix64(s.cfg.Seed ^ 0x70726566)
+	abortRand := splitmix64(s.cfg.Seed ^ 0x61626f7274)
 	for i := range in {
 		w := &in[i]
 		r := &s.reqs[i]
@@ -247,6 +256,9 @@ func (s *sim) setup(in []workload.Request) {
 		if len(fits) > 0 {
 			k := fits[splitmix64(prefixRand^uint64(i))%uint64(len(fits))]
 			r.prefix, r.shared = k, s.cfg.Prefixes[k]
+		}
+		if r.maxOut > 1 && float64(splitmix64(abortRand^uint64(i))>>11)/(1<<53) < s.cfg.AbortRate {
+			r.abortAt = r.maxOut / 2
 		}
 		*t = Truth{ID: r.id, PromptTokens: prompt, SharedPrefix: r.shared}
 		s.push(event{at: w.Arrival.UnixNano(), kind: evArrive, req: int32(i)})
@@ -302,6 +314,16 @@ func (s *sim) loop() error {
 			}
 		case evDeliver:
 			s.deliver(r, e.last)
+		case evAbortAtEngine:
+			if r.state == stDone {
+				break // the engine finished it before the abort arrived
+			}
+			s.aborts = append(s.aborts, r)
+			if !s.busy {
+				if err := s.startStep(); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if s.done != len(s.reqs) {
@@ -367,19 +389,60 @@ func (s *sim) inputDone(r *request) {
 }
 
 func (s *sim) deliver(r *request, last bool) {
+	if r.feDone {
+		return // the client is gone; tokens still in flight are dropped
+	}
 	at := vt(s.now)
 	s.reject(r.handle.Detokenized(at, 1, s.cfg.Frontend.DetokenizeBusy))
 	r.delivered++
 	if r.delivered == 1 {
 		r.truth.FirstToken = at
 	}
-	if last {
+	switch {
+	case last:
 		s.reject(r.handle.Finish(at, r.reason))
-		r.truth.Finish = at
-		r.truth.OutputTokens = r.delivered
 		r.truth.FinishReason = r.reason
-		s.finished()
+	case r.delivered == r.abortAt:
+		// The client disconnects: the frontend ends the request and sends
+		// the abort to the engine core.
+		s.reject(r.handle.Abort(at))
+		r.truth.FinishReason, r.truth.ErrorType = ReasonAbort, ReasonAbort
+		s.push(event{at: s.now + int64(s.cfg.Frontend.ToEngine), kind: evAbortAtEngine, req: int32(r.idx)})
+	default:
+		return
 	}
+	r.feDone = true
+	r.truth.Finish = at
+	r.truth.OutputTokens = r.delivered
+	s.finished()
+}
+
+// freeAborted is the engine core taking the frontend's aborts at the top of
+// its loop: each aborted request leaves the waiting queue or the running
+// batch, its KV blocks are freed, and the engine reports it finished.
+func (s *sim) freeAborted() {
+	if len(s.aborts) == 0 {
+		return
+	}
+	for _, r := range s.aborts {
+		if r.state == stDone {
+			continue
+		}
+		if r.state == stWaiting {
+			// Preempted (it had delivered tokens): the wait lasts until
+			// the engine ends the request (SPEC §2, the engine's FINISHED
+			// ends its last run).
+			r.truth.Preempted += vt(s.now).Sub(r.preempted)
+		}
+		s.kv.free(r)
+		r.state = stDone
+		r.truth.EngineFinish = vt(s.now)
+		s.step.Finished = append(s.step.Finished, otelstats.Finished{Req: r.handle, Reason: ReasonAbort})
+	}
+	clear(s.aborts)
+	s.aborts = s.aborts[:0]
+	s.waiting = slices.DeleteFunc(s.waiting, func(r *request) bool { return r.state == stDone })
+	s.running = slices.DeleteFunc(s.running, func(r *request) bool { return r.state == stDone })
 }
 
 func (s *sim) finished() {
@@ -414,8 +477,9 @@ func (s *sim) startStep() error {
 			}
 		}
 		s.inbox = s.inbox[:0]
+		s.freeAborted()
 		prefill, decoding := s.schedule()
-		if len(s.step.QueuedReqs)+len(s.step.PreemptedReqs)+len(s.step.Scheduled) > 0 {
+		if len(s.step.QueuedReqs)+len(s.step.PreemptedReqs)+len(s.step.Scheduled)+len(s.step.Finished) > 0 {
 			s.reject(s.tr.Step(&s.step))
 		}
 		s.res.MaxWaiting = max(s.res.MaxWaiting, len(s.waiting))

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -187,5 +188,84 @@ func TestGroundTruthUnderPressure(t *testing.T) {
 		res.Preemptions, multi, recompHits, rejected, length)
 	if multi == 0 || recompHits == 0 || rejected == 0 || length == 0 {
 		t.Errorf("the pressure run did not exercise repeated preemption, recompute hits, rejection and length cuts")
+	}
+}
+
+// TestGroundTruthWithAborts has a third of the clients disconnect halfway
+// through their responses, on a KV cache small enough that some are
+// preempted when they abort, and checks every request against the
+// simulator's record: aborted requests end at the frontend's abort with
+// finish reason and error type "abort", and the engine frees them.
+func TestGroundTruthWithAborts(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NumBlocks = 300
+	cfg.MaxModelLen = 4096
+	cfg.MaxNumSeqs = 32
+	cfg.AbortRate = 0.3
+	res, got := run(t, cfg, workload.Synthetic(600, 8, 5).Requests)
+	checkTruth(t, res, got)
+	var aborted, preempted int
+	for _, r := range res.Requests {
+		if r.FinishReason != ReasonAbort {
+			continue
+		}
+		aborted++
+		if r.Preemptions > 0 {
+			preempted++
+		}
+		if r.EngineFinish.IsZero() {
+			t.Errorf("%s: the engine never finished the aborted request", r.ID)
+		}
+	}
+	t.Logf("%d of %d requests aborted, %d of them after a preemption; %d preemptions in all",
+		aborted, len(res.Requests), preempted, res.Preemptions)
+	if aborted < len(res.Requests)/5 || aborted > len(res.Requests)*2/5 {
+		t.Errorf("%d of %d requests aborted at rate %v", aborted, len(res.Requests), cfg.AbortRate)
+	}
+	if preempted == 0 {
+		t.Errorf("no aborted request had been preempted; the run does not exercise aborts of preempted requests")
+	}
+}
+
+// TestAbortWhilePreempted aborts a request while it waits after a
+// preemption: two requests of 40 prompt tokens share a 7-block cache, the
+// second is preempted when both need a fourth block (after 9 output
+// tokens), and its client disconnects when the 9th token, produced before
+// the preemption, is delivered. Its preempted time runs until the engine
+// frees it.
+func TestAbortWhilePreempted(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NumBlocks, cfg.MaxModelLen, cfg.Prefixes, cfg.AbortRate = 7, 112, nil, 1
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	reqs := []workload.Request{
+		{Arrival: t0, PromptTokens: 40, OutputTokens: 60},
+		{Arrival: t0.Add(time.Millisecond), PromptTokens: 40, OutputTokens: 18}, // aborts at 18/2 = 9
+	}
+	res, got := run(t, cfg, reqs)
+	checkTruth(t, res, got)
+	b := res.Requests[1]
+	if b.FinishReason != ReasonAbort || b.Preemptions != 1 || b.OutputTokens != 9 || b.Preempted <= 0 {
+		t.Errorf("second request: %s after %d tokens, %d preemptions, %v preempted; want an abort after 9 tokens while preempted",
+			b.FinishReason, b.OutputTokens, b.Preemptions, b.Preempted)
+	}
+	if b.EngineFinish.Before(b.Finish) {
+		t.Errorf("the engine freed the request at %v, before the frontend's abort at %v", b.EngineFinish, b.Finish)
+	}
+}
+
+func TestAbortRateValidation(t *testing.T) {
+	for _, rate := range []float64{-0.1, 1.5, math.NaN()} {
+		cfg := DefaultConfig()
+		cfg.AbortRate = rate
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("abort rate %v: no error", rate)
+		}
+	}
+	for _, rate := range []float64{0, 0.5, 1} {
+		cfg := DefaultConfig()
+		cfg.AbortRate = rate
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("abort rate %v: %v", rate, err)
+		}
 	}
 }

@@ -1,0 +1,63 @@
+package llmtraceconnector
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+
+	"github.com/llmtrace/llmtrace/reconstruct"
+)
+
+// Config is the connector's configuration.
+type Config struct {
+	// FlushInterval is how often the cumulative metrics are emitted.
+	FlushInterval time.Duration `mapstructure:"flush_interval"`
+	// Models keep their name on metrics; others become "other". Empty:
+	// the first MaxModels distinct names keep theirs.
+	Models    []string `mapstructure:"models"`
+	MaxModels int      `mapstructure:"max_models"`
+	// MaxSeries bounds the series kept (per instrument family).
+	MaxSeries int `mapstructure:"max_series"`
+	// ResourceAttributes identify a series' resource.
+	ResourceAttributes []string `mapstructure:"resource_attributes"`
+	// Engine as the processor's: auto, or a forced mapping.
+	Engine string `mapstructure:"engine"`
+}
+
+var _ component.Config = (*Config)(nil)
+
+func createDefaultConfig() component.Config {
+	return &Config{
+		FlushInterval: 15 * time.Second, MaxModels: 100, MaxSeries: 10000,
+		ResourceAttributes: []string{"service.name", "service.namespace", "service.instance.id"},
+		Engine:             "auto",
+	}
+}
+
+// Validate checks the bounds and the engine name.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.FlushInterval <= 0 {
+		errs = append(errs, errors.New("flush_interval must be positive"))
+	}
+	if c.MaxModels < 0 || c.MaxSeries <= 0 {
+		errs = append(errs, errors.New("max_models must not be negative and max_series must be positive"))
+	}
+	if _, err := c.engine(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) engine() (*reconstruct.Engine, error) {
+	if c.Engine == "" || c.Engine == "auto" {
+		return nil, nil
+	}
+	e, ok := reconstruct.EngineByName(c.Engine)
+	if !ok {
+		return nil, fmt.Errorf("llmtrace_metrics: unknown engine %q", c.Engine)
+	}
+	return &e, nil
+}

@@ -1,0 +1,284 @@
+package llmtraceconnector
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/connector"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.uber.org/zap"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/otelcol/internal/spanread"
+	"github.com/llmtrace/llmtrace/reconstruct"
+)
+
+// ScopeName is the instrumentation scope of the connector's metrics.
+const ScopeName = "github.com/llmtrace/llmtrace/otelcol/llmtraceconnector"
+
+// metricsConnector aggregates request spans into cumulative metrics. Its
+// state is guarded by mu; ConsumeTraces may run concurrently.
+type metricsConnector struct {
+	cfg    *Config
+	engine *reconstruct.Engine
+	next   consumer.Metrics
+	logger *zap.Logger
+
+	mu        sync.Mutex
+	resources map[string]*resourceState
+	series    int // across all resources and families
+	models    map[string]struct{}
+	fixed     bool
+	key       []byte // scratch for map keys
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+var _ connector.Traces = (*metricsConnector)(nil)
+
+func newConnector(cfg *Config, e *reconstruct.Engine, next consumer.Metrics, logger *zap.Logger) *metricsConnector {
+	c := &metricsConnector{cfg: cfg, engine: e, next: next, logger: logger,
+		resources: map[string]*resourceState{}, models: map[string]struct{}{}, fixed: len(cfg.Models) > 0}
+	for _, m := range cfg.Models {
+		c.models[m] = struct{}{}
+	}
+	return c
+}
+
+// Capabilities: the connector only reads spans.
+func (c *metricsConnector) Capabilities() consumer.Capabilities {
+	return consumer.Capabilities{MutatesData: false}
+}
+
+// Start begins the periodic flush.
+func (c *metricsConnector) Start(context.Context, component.Host) error {
+	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(c.done)
+		tick := time.NewTicker(c.cfg.FlushInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-c.stop:
+				return
+			case now := <-tick.C:
+				c.flush(context.Background(), now)
+			}
+		}
+	}()
+	return nil
+}
+
+// Shutdown stops the flush and emits the metrics one last time.
+func (c *metricsConnector) Shutdown(ctx context.Context) error {
+	if c.stop == nil {
+		return nil
+	}
+	close(c.stop)
+	<-c.done
+	c.stop = nil
+	c.flush(ctx, time.Now())
+	return nil
+}
+
+// ConsumeTraces records every request span of td.
+func (c *metricsConnector) ConsumeTraces(_ context.Context, td ptrace.Traces) error {
+	c.consume(td, time.Now())
+	return nil
+}
+
+func (c *metricsConnector) consume(td ptrace.Traces, now time.Time) {
+	ts := pcommon.NewTimestampFromTime(now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rss := td.ResourceSpans()
+	for i := 0; i < rss.Len(); i++ {
+		rs := rss.At(i)
+		var state *resourceState
+		sss := rs.ScopeSpans()
+		for j := 0; j < sss.Len(); j++ {
+			ss := sss.At(j)
+			scope := ss.Scope().Name()
+			if scope == reconstruct.ScopeName {
+				continue // rebuilt children carry no request
+			}
+			sps := ss.Spans()
+			for k := 0; k < sps.Len(); k++ {
+				sp := sps.At(k)
+				if _, child := sp.Attributes().Get(string(attributes.Reconstructed)); child {
+					continue
+				}
+				in := spanread.Read(sp, scope)
+				r, ok := reconstruct.Compute(&in, c.engineFor(sp, &in))
+				if !ok {
+					continue
+				}
+				if state == nil {
+					state = c.resource(rs.Resource())
+				}
+				c.record(state, sp, &r, ts)
+			}
+		}
+	}
+}
+
+// engineFor is the mapping the processor applied (llm.reconstruct.engine),
+// else the configured one, else the detected one.
+func (c *metricsConnector) engineFor(sp ptrace.Span, in *reconstruct.Span) reconstruct.Engine {
+	if v, ok := sp.Attributes().Get(string(attributes.ReconstructEngine)); ok {
+		if e, ok := reconstruct.EngineByName(v.AsString()); ok {
+			return e
+		}
+	}
+	if c.engine != nil {
+		return *c.engine
+	}
+	return reconstruct.Detect(in)
+}
+
+func (c *metricsConnector) resource(res pcommon.Resource) *resourceState {
+	c.key = c.key[:0]
+	attrs := pcommon.NewMap()
+	for _, k := range c.cfg.ResourceAttributes {
+		c.key = append(c.key, k...)
+		c.key = append(c.key, 0)
+		if v, ok := res.Attributes().Get(k); ok {
+			s := v.AsString()
+			c.key = append(c.key, s...)
+			attrs.PutStr(k, s)
+		}
+		c.key = append(c.key, 0)
+	}
+	if st, ok := c.resources[string(c.key)]; ok {
+		return st
+	}
+	st := &resourceState{attrs: attrs, base: map[string]*baseSeries{},
+		duration: map[string]*durationSeries{}, requests: map[string]*requestSeries{}}
+	c.resources[string(c.key)] = st
+	return st
+}
+
+func (c *metricsConnector) model(m string) string {
+	if m == "" {
+		return ""
+	}
+	if _, ok := c.models[m]; ok {
+		return m
+	}
+	if c.fixed || len(c.models) >= c.cfg.MaxModels {
+		return attributes.OtherModel
+	}
+	c.models[m] = struct{}{}
+	return m
+}
+
+func isFailure(reason string) bool {
+	switch reason {
+	case "abort", "error", "abandoned", "evicted", "unfinished":
+		return true
+	}
+	return false
+}
+
+// record adds one request to its resource's series.
+func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstruct.Request, ts pcommon.Timestamp) {
+	l := labels{op: r.Operation, provider: r.Provider, model: c.model(r.Model), reason: r.FinishReason}
+	l.errType = spanread.ErrorType(sp)
+	if l.errType == "" && (isFailure(r.FinishReason) || r.Failed) {
+		l.errType = r.FinishReason
+		if l.errType == "" || !isFailure(l.errType) {
+			l.errType = "error"
+		}
+	}
+	s := r.Stats()
+
+	b := getSeries(c, st.base, labels{op: l.op, provider: l.provider, model: l.model}, ts, func(l labels, t pcommon.Timestamp) *baseSeries {
+		return &baseSeries{labels: l, start: t}
+	})
+	for i, d := range [numHists]struct {
+		v  time.Duration
+		ok bool
+	}{
+		hTTFT: {s.TTFT, s.Has&reconstruct.HasTTFT != 0}, hTPOT: {s.TPOT, s.Has&reconstruct.HasTPOT != 0},
+		hQueue: {s.Queue, s.Has&reconstruct.HasQueue != 0}, hPrefill: {s.Prefill, s.Has&reconstruct.HasPrefill != 0},
+		hDecode: {s.Decode, s.Has&reconstruct.HasDecode != 0}, hInference: {s.Inference, s.Has&reconstruct.HasInference != 0},
+	} {
+		if d.ok {
+			b.h[i].record(histInstruments[i].bounds, d.v.Seconds())
+		}
+	}
+	add := func(i int, v int64, ok bool) {
+		if ok {
+			b.c[i] += v
+			b.hasCount[i] = true
+		}
+	}
+	add(cPreemptions, int64(r.Preemptions), r.Preemptions > 0)
+	add(cPrompt, int64(r.InputTokens), r.InputTokens >= 0)
+	add(cGeneration, int64(r.OutputTokens), r.OutputTokens > 0)
+	pc := r.CachedTokens >= 0 && r.InputTokens >= 0
+	add(cPCQueries, int64(r.InputTokens), pc)
+	add(cPCHits, int64(r.CachedTokens), pc)
+	add(cClamped, int64(r.Clamped), r.Clamped > 0)
+
+	d := getSeries(c, st.duration, labels{op: l.op, provider: l.provider, model: l.model, errType: l.errType}, ts, func(l labels, t pcommon.Timestamp) *durationSeries {
+		return &durationSeries{labels: l, start: t}
+	})
+	d.h.record(durationInstrument.bounds, s.E2E.Seconds())
+	q := getSeries(c, st.requests, labels{op: l.op, provider: l.provider, model: l.model, reason: l.reason}, ts, func(l labels, t pcommon.Timestamp) *requestSeries {
+		return &requestSeries{labels: l, start: t}
+	})
+	q.n++
+}
+
+// getSeries finds or creates the series of l in m, folding new series past
+// MaxSeries into the overflow series.
+func getSeries[S any](c *metricsConnector, m map[string]*S, l labels, ts pcommon.Timestamp, mk func(labels, pcommon.Timestamp) *S) *S {
+	c.key = append(c.key[:0], l.op...)
+	for _, p := range [...]string{l.provider, l.model, l.errType, l.reason} {
+		c.key = append(c.key, 0)
+		c.key = append(c.key, p...)
+	}
+	if s, ok := m[string(c.key)]; ok {
+		return s
+	}
+	if c.series >= c.cfg.MaxSeries {
+		const overflowKey = "\x01overflow"
+		if s, ok := m[overflowKey]; ok {
+			return s
+		}
+		s := mk(labels{overflow: true}, ts)
+		m[overflowKey] = s
+		c.logger.Warn("llmtrace_metrics: max_series reached; new series are folded into otel.metric.overflow=true", zap.Int("max_series", c.cfg.MaxSeries))
+		return s
+	}
+	c.series++
+	s := mk(l, ts)
+	m[strings.Clone(string(c.key))] = s
+	return s
+}
+
+// flush emits the cumulative metrics. Building happens under the lock;
+// the hand-off to the next consumer does not.
+func (c *metricsConnector) flush(ctx context.Context, now time.Time) {
+	md := pmetric.NewMetrics()
+	ts := pcommon.NewTimestampFromTime(now)
+	c.mu.Lock()
+	for _, st := range c.resources {
+		st.emit(md, ScopeName, reconstruct.Version(), ts)
+	}
+	c.mu.Unlock()
+	if md.DataPointCount() == 0 {
+		return
+	}
+	if err := c.next.ConsumeMetrics(ctx, md); err != nil {
+		c.logger.Warn("llmtrace_metrics: the next consumer refused the metrics", zap.Error(err))
+	}
+}

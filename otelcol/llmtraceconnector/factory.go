@@ -1,0 +1,27 @@
+package llmtraceconnector
+
+import (
+	"context"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/connector"
+	"go.opentelemetry.io/collector/consumer"
+)
+
+// Type is the connector's component type.
+var Type = component.MustNewType("llmtrace_metrics")
+
+// NewFactory returns the connector's factory.
+func NewFactory() connector.Factory {
+	return connector.NewFactory(Type, createDefaultConfig,
+		connector.WithTracesToMetrics(createTracesToMetrics, component.StabilityLevelAlpha))
+}
+
+func createTracesToMetrics(_ context.Context, set connector.Settings, cfg component.Config, next consumer.Metrics) (connector.Traces, error) {
+	c := cfg.(*Config)
+	e, err := c.engine()
+	if err != nil {
+		return nil, err
+	}
+	return newConnector(c, e, next, set.Logger), nil
+}

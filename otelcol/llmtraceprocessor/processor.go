@@ -1,0 +1,120 @@
+package llmtraceprocessor
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/otelcol/internal/spanread"
+	"github.com/llmtrace/llmtrace/reconstruct"
+	"github.com/llmtrace/llmtrace/spans"
+)
+
+// expander adds the rebuilt children to a batch. Safe for concurrent use:
+// each call takes its own tree from the pool.
+type expander struct {
+	engine *reconstruct.Engine // nil: detect per span
+	trees  sync.Pool
+}
+
+func newExpander(e *reconstruct.Engine) *expander {
+	x := &expander{engine: e}
+	x.trees.New = func() any { return new(spans.Tree) }
+	return x
+}
+
+func (x *expander) processTraces(_ context.Context, td ptrace.Traces) (ptrace.Traces, error) {
+	t := x.trees.Get().(*spans.Tree)
+	defer x.trees.Put(t)
+	rss := td.ResourceSpans()
+	for i := 0; i < rss.Len(); i++ {
+		x.expandResource(rss.At(i), t)
+	}
+	return td, nil
+}
+
+// expandResource expands the engine spans of one resource into a scope of
+// rebuilt spans appended to that resource (created on first need).
+func (x *expander) expandResource(rs ptrace.ResourceSpans, t *spans.Tree) {
+	sss := rs.ScopeSpans()
+	var out ptrace.SpanSlice
+	created := false
+	n := sss.Len() // not the scope appended below
+	for j := 0; j < n; j++ {
+		ss := sss.At(j)
+		scope := ss.Scope().Name()
+		if scope == reconstruct.ScopeName {
+			continue
+		}
+		sps := ss.Spans()
+		for k := 0; k < sps.Len(); k++ {
+			sp := sps.At(k)
+			if spanread.Expanded(sp) {
+				continue
+			}
+			in := spanread.Read(sp, scope)
+			e := reconstruct.Detect(&in)
+			if x.engine != nil {
+				e = *x.engine
+			}
+			r, ok := reconstruct.Compute(&in, e)
+			if !ok || e.NoExpand {
+				continue
+			}
+			t.Reset()
+			r.Tree(t)
+			if !created {
+				nss := sss.AppendEmpty()
+				nss.Scope().SetName(reconstruct.ScopeName)
+				nss.Scope().SetVersion(reconstruct.Version())
+				out, created = nss.Spans(), true
+			}
+			appendChildren(out, sp, t)
+			sp.Attributes().PutStr(string(attributes.ReconstructEngine), e.Name)
+			if r.Clamped > 0 {
+				sp.Attributes().PutInt(string(attributes.ReconstructClamped), int64(r.Clamped))
+			}
+		}
+	}
+}
+
+// appendChildren adds t's children (t.Spans[1:]) under parent.
+func appendChildren(out ptrace.SpanSlice, parent ptrace.Span, t *spans.Tree) {
+	for i := 1; i < len(t.Spans); i++ {
+		s := &t.Spans[i]
+		c := out.AppendEmpty()
+		c.SetTraceID(parent.TraceID())
+		c.SetSpanID(pcommon.SpanID(spans.NewSpanID()))
+		c.SetParentSpanID(parent.SpanID())
+		if raw := parent.TraceState().AsRaw(); raw != "" {
+			c.TraceState().FromRaw(raw)
+		}
+		c.SetName(s.Name)
+		c.SetKind(ptrace.SpanKindInternal)
+		c.SetStartTimestamp(pcommon.Timestamp(s.Start))
+		c.SetEndTimestamp(pcommon.Timestamp(s.End))
+		a := c.Attributes()
+		a.EnsureCapacity(len(s.Attrs))
+		for _, kv := range s.Attrs {
+			putAttr(a, kv)
+		}
+	}
+}
+
+func putAttr(m pcommon.Map, kv attribute.KeyValue) {
+	k := string(kv.Key)
+	switch kv.Value.Type() {
+	case attribute.BOOL:
+		m.PutBool(k, kv.Value.AsBool())
+	case attribute.INT64:
+		m.PutInt(k, kv.Value.AsInt64())
+	case attribute.FLOAT64:
+		m.PutDouble(k, kv.Value.AsFloat64())
+	default:
+		m.PutStr(k, kv.Value.String())
+	}
+}

@@ -1,0 +1,106 @@
+package otelstats
+
+import (
+	"github.com/llmtrace/llmtrace/attributes"
+)
+
+// What SPEC §7–9 add to a request's state: a KV transfer, speculative
+// steps, encoder runs. Kept behind reqExtra pointers, so a request that uses
+// none of them pays nothing.
+
+// kvState is a decode instance's KV transfer (SPEC §7).
+type kvState struct {
+	source      string
+	wait, ready int64 // REMOTE_KV_WAIT and REMOTE_KV_READY; ready 0 while waiting
+	tokens      int32 // num_remote_tokens
+	bytes       int64
+	failed      bool
+}
+
+// kv is r's transfer, or nil.
+func (r *reqState) kv() *kvState {
+	if r.extra == nil {
+		return nil
+	}
+	return r.extra.kv
+}
+
+// kvReady applies a REMOTE_KV_READY.
+func (t *Tracker) kvReady(r *reqState, u *Update, ns int64) {
+	kv := r.extra.kv
+	kv.ready = ns
+	kv.tokens = int32(u.NumRemoteTokens)
+	kv.bytes = u.KVBytes
+	kv.failed = u.KVStatus == KVStatusFailed
+}
+
+// maxEncodeRuns bounds the encoder runs kept per request for spans; later
+// runs still add to the request's encode time.
+const maxEncodeRuns = 8
+
+// encRun is one encoder run.
+type encRun struct {
+	start, end    int64
+	items, tokens int32
+	hit           bool
+}
+
+// encState is a request's encoder runs (SPEC §9).
+type encState struct {
+	runs  []encRun // at most maxEncodeRuns
+	open  bool
+	start int64 // of the open run
+	total int64 // ns, closed runs
+	n     int32 // runs, all of them
+	cur   encRun
+}
+
+func (x *reqExtra) encoder() *encState {
+	if x.enc == nil {
+		x.enc = &encState{}
+	}
+	return x.enc
+}
+
+// encOpen reports whether an encoder run is open.
+func (r *reqState) encOpen() bool {
+	return r.extra != nil && r.extra.enc != nil && r.extra.enc.open
+}
+
+func (e *encState) begin(ns int64, items, tokens int) {
+	e.open, e.start = true, ns
+	e.cur = encRun{start: ns, items: int32(items), tokens: int32(tokens)}
+}
+
+func (e *encState) end(ns int64, hit bool) {
+	e.open = false
+	e.cur.end, e.cur.hit = ns, hit
+	e.total += ns - e.cur.start
+	e.n++
+	if len(e.runs) < maxEncodeRuns {
+		e.runs = append(e.runs, e.cur)
+	}
+}
+
+// closeAt ends an open run when the request ends without its ENCODED.
+func (e *encState) closeAt(ns int64) {
+	if e.open {
+		e.end(max(ns, e.start), false)
+	}
+}
+
+// specStep records one speculative decode step: draft tokens proposed,
+// accepted of them (a prefix). checkSpec has validated the counts.
+func (t *Tracker) specStep(r *reqState, draft, accepted int) {
+	cr := &r.runs[len(r.runs)-1]
+	cr.draft += int32(draft)
+	cr.accepted += int32(accepted)
+	cr.specSteps++
+	x := r.ext()
+	if x.positions == nil {
+		x.positions = new([attributes.SpecPositions]int32)
+	}
+	for i := range accepted {
+		x.positions[min(i, attributes.SpecPositions-1)]++
+	}
+}

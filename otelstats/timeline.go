@@ -1,0 +1,234 @@
+package otelstats
+
+import (
+	"math"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/spans"
+)
+
+// buildTimeline reduces r to the instants of its span tree, in tb's reused
+// buffers.
+func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
+	tl := &tb.tl
+	runs, encodes := tl.Runs[:0], tl.Encodes[:0]
+	tb.chunks = tb.chunks[:0]
+	*tl = spans.Timeline{
+		Name:    attributes.RootSpanName(r.operation, r.model),
+		TraceID: r.traceID, SpanID: r.spanID,
+		RootOnly:       r.detail == DetailRoot,
+		Start:          r.arrived,
+		End:            r.endNs(),
+		EngineEnd:      r.enFinish,
+		InputProcessed: r.inputProcessed,
+		InputTokens:    int(r.prompt),
+		FirstQueued:    r.firstQueued,
+	}
+	if x := r.extra; x != nil {
+		tl.Parent, tl.Link = x.parent, x.link
+		if tl.Parent.IsValid() && !r.trusted {
+			// We decided to keep the trace; the caller's flag must not
+			// make a parent-based SDK sampler drop it.
+			tl.Parent = tl.Parent.WithTraceFlags(tl.Parent.TraceFlags().WithSampled(true))
+		}
+		if kv := x.kv; kv != nil {
+			tb.kv = spans.KVTransfer{Wait: kv.wait, Ready: kv.ready, Source: kv.source,
+				Tokens: int(kv.tokens), Bytes: kv.bytes, Failed: kv.failed}
+			tl.KVTransfer = &tb.kv
+		}
+		if e := x.enc; e != nil {
+			for _, er := range e.runs {
+				encodes = append(encodes, spans.Encode{Start: er.start, End: er.end,
+					Items: int(er.items), Tokens: int(er.tokens), CacheHit: er.hit})
+			}
+		}
+	}
+	tl.Encodes = encodes
+	for i := range r.runs {
+		runs = append(runs, t.timelineRun(r, i, tb))
+	}
+	tl.Runs = runs
+	if r.detokCount > 0 {
+		tb.detok = spans.Detokenize{
+			First: r.detokFirst, Last: r.detokLast,
+			Busy: time.Duration(r.detokBusy), Deliveries: int(r.detokCount),
+		}
+		tl.Detokenize = &tb.detok
+	}
+	tb.attrs = t.rootAttrs(r, s, tb.attrs[:0])
+	tl.RootAttrs = tb.attrs
+	if s.ErrorType != "" {
+		tl.Status, tl.StatusDesc = codes.Error, s.ErrorType
+	}
+}
+
+// timelineRun is run i of r as the span builder takes it.
+func (t *Tracker) timelineRun(r *reqState, i int, tb *treeBuf) spans.Run {
+	rr := &r.runs[i]
+	first, toks := rr.enFirst, rr.enTokens
+	if r.feDeliv > 0 {
+		fe, ft := rr.feFirst, rr.feTokens
+		if i == 0 {
+			// Deliveries recorded before the engine's first
+			// PREFILLING reached us belong to the first run.
+			fe, ft = r.feFirst, ft+r.preRunFE
+		}
+		if fe != 0 {
+			first, toks = fe, ft
+		}
+	}
+	run := spans.Run{
+		Start:          rr.start,
+		FirstToken:     first,
+		Preempted:      rr.end,
+		ComputedTokens: int(rr.computed),
+		CachedTokens:   int(rr.cached),
+		Chunks:         int(rr.chunks),
+		OutputTokens:   int(toks),
+		DraftTokens:    int(rr.draft),
+		AcceptedTokens: int(rr.accepted),
+		SpecSteps:      int(rr.specSteps),
+	}
+	if kv := r.kv(); i == 0 && kv != nil && !kv.failed {
+		run.RemoteTokens = int(kv.tokens)
+	}
+	if len(rr.events) > 0 {
+		j := len(tb.chunks)
+		for _, ev := range rr.events {
+			tb.chunks = append(tb.chunks, spans.ChunkEvent{Time: ev.time, ComputedTokens: int(ev.computed)})
+		}
+		run.ChunkEvents = tb.chunks[j:len(tb.chunks):len(tb.chunks)]
+	}
+	if r.extra != nil && r.detail >= DetailSteps {
+		r.runDetail(i, &run)
+	}
+	return run
+}
+
+// runDetail adds detail levels 2 and 3 to run i: its engine steps, and its
+// token times (the frontend's deliveries, else the engine's steps).
+func (r *reqState) runDetail(i int, run *spans.Run) {
+	x := r.extra
+	lo, hi := r.runs[i].start, int64(math.MaxInt64)
+	if i+1 < len(r.runs) {
+		hi = r.runs[i+1].start
+	}
+	for _, st := range x.steps {
+		if st.time >= lo && st.time < hi {
+			run.Steps = append(run.Steps, spans.StepEvent{Time: st.time, Index: st.index, BatchSize: int(st.batch)})
+		}
+	}
+	if r.detail < DetailTokens {
+		return
+	}
+	if r.feDeliv == 0 {
+		for _, st := range run.Steps {
+			run.TokenTimes = append(run.TokenTimes, st.Time)
+		}
+		return
+	}
+	for _, d := range x.deliveries {
+		if d >= lo && d < hi || i == 0 && d < lo {
+			run.TokenTimes = append(run.TokenTimes, d)
+		}
+	}
+}
+
+// rootAttrs appends the root span's attributes to a: the GenAI keys, the
+// shared gen_ai.latency.* durations, the sampling params and SPEC §7–9's.
+func (t *Tracker) rootAttrs(r *reqState, s *RequestStats, a []attribute.KeyValue) []attribute.KeyValue {
+	a = append(a,
+		attributes.OperationName.String(r.operation),
+		t.inst.provider,
+		attributes.RequestModel.String(r.model),
+		attributes.RequestID.String(r.id),
+		attributes.UsageOutputTokens.Int(s.NumOutputTokens),
+		finishReasonsAttr(s.FinishReason),
+		attributes.Preemptions.Int(s.NumPreemptions),
+	)
+	if r.scope != "" {
+		a = append(a, attributes.RequestScope.String(r.scope))
+	}
+	if s.NumPromptTokens.Valid {
+		a = append(a, attributes.UsageInputTokens.Int(s.NumPromptTokens.N))
+	}
+	if s.NumCachedTokens.Valid {
+		a = append(a, attributes.UsageCacheReadInput.Int(s.NumCachedTokens.N))
+		if s.NumPromptTokens.Valid && s.NumPromptTokens.N > 0 {
+			a = append(a, attributes.PrefixCacheHitRatio.Float64(float64(s.NumCachedTokens.N)/float64(s.NumPromptTokens.N)))
+		}
+	}
+	if s.NumRecomputeCachedTokens > 0 {
+		a = append(a, attributes.RecomputeCachedTokens.Int(s.NumRecomputeCachedTokens))
+	}
+	a = appendLatencies(a, s)
+	if x := r.extra; x != nil {
+		a = appendSampling(a, x.sampling)
+		if x.input != "" {
+			a = append(a, attributes.InputMessages.String(x.input))
+		}
+		if x.output != "" {
+			a = append(a, attributes.OutputMessages.String(x.output))
+		}
+		a = append(a, x.attrs...)
+	}
+	a = appendServingAttrs(a, s)
+	a = append(a, attributes.SamplingReason.String(s.SamplingReason))
+	if s.ErrorType != "" {
+		a = append(a, attributes.ErrorType.String(s.ErrorType))
+	}
+	return a
+}
+
+// appendLatencies appends the root's durations, in seconds, that happened.
+func appendLatencies(a []attribute.KeyValue, s *RequestStats) []attribute.KeyValue {
+	for _, l := range [...]struct {
+		k attribute.Key
+		v Latency
+	}{
+		{attributes.LatencyTimeToFirstToken, s.FirstTokenLatency},
+		{attributes.LatencyE2E, s.E2ELatency},
+		{attributes.LatencyTimeInQueue, s.QueueDuration},
+		{attributes.LatencyPrefill, s.PrefillLatency},
+		{attributes.LatencyDecode, s.DecodeLatency},
+		{attributes.LatencyInference, s.InferenceLatency},
+		{attributes.TimePerOutputToken, s.TimePerOutputToken},
+		{attributes.LatencyKVTransfer, s.KVTransferDuration},
+		{attributes.LatencyEncode, s.EncodeDuration},
+		{attributes.PDPrefillDuration, s.PDPrefillDuration},
+		{attributes.PDDecodeTTFT, s.PDDecodeTTFT},
+	} {
+		if l.v.Valid {
+			a = append(a, l.k.Float64(l.v.Value.Seconds()))
+		}
+	}
+	if s.PreemptedDuration > 0 {
+		a = append(a, attributes.PreemptedTime.Float64(s.PreemptedDuration.Seconds()))
+	}
+	return a
+}
+
+// appendServingAttrs appends SPEC §7–9's root attributes: the P/D role, the
+// speculative totals, the adapter.
+func appendServingAttrs(a []attribute.KeyValue, s *RequestStats) []attribute.KeyValue {
+	if s.PDRole != "" {
+		a = append(a, attributes.PDRole.String(s.PDRole))
+	}
+	if s.NumSpecSteps > 0 {
+		a = append(a,
+			attributes.SpecDraftTokens.Int(s.NumDraftTokens),
+			attributes.SpecAcceptedTokens.Int(s.NumAcceptedTokens),
+			attributes.SpecSteps.Int(s.NumSpecSteps),
+			attributes.SpecAcceptanceRate.Float64(s.SpecAcceptanceRate),
+			attributes.SpecMeanAcceptanceLength.Float64(s.SpecMeanAcceptanceLength),
+		)
+	}
+	if s.LoRAAdapter != "" {
+		a = append(a, attributes.LoRAAdapter.String(s.LoRAAdapter))
+	}
+	return a
+}

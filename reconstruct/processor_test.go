@@ -1,0 +1,111 @@
+package reconstruct_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/reconstruct"
+)
+
+// emitVLLM ends one span shaped like vLLM V1's llm_request through tp.
+func emitVLLM(tp trace.TracerProvider, start time.Time, kv ...attribute.KeyValue) trace.SpanContext {
+	_, s := tp.Tracer("vllm.llm_engine").Start(context.Background(), "llm_request",
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start), trace.WithAttributes(kv...))
+	s.End(trace.WithTimestamp(start.Add(1001 * time.Millisecond)))
+	return s.SpanContext()
+}
+
+func vllmAttrs() []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attributes.LatencyTimeToFirstToken.Float64(0.3), attributes.LatencyE2E.Float64(1.0),
+		attributes.LatencyTimeInQueue.Float64(0.05), attributes.LatencyPrefill.Float64(0.2),
+		attributes.LatencyDecode.Float64(0.6), attributes.LatencyInference.Float64(0.8),
+		attributes.EngineUsagePromptTokens.Int(100), attributes.EngineUsageCompletionTokens.Int(11),
+	}
+}
+
+func TestSpanProcessorExpandsEngineSpans(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(reconstruct.NewSpanProcessor(rec, reconstruct.WithMeterProvider(mp))))
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	sc := emitVLLM(tp, start, vllmAttrs()...)
+	// A contradicting span: e2e longer than the span.
+	emitVLLM(tp, start, attributes.LatencyTimeToFirstToken.Float64(0.3), attributes.LatencyE2E.Float64(9))
+	// Not an engine span.
+	_, other := tp.Tracer("router").Start(context.Background(), "route")
+	other.End()
+
+	ended := rec.Ended()
+	var children, engine, passed int
+	for _, s := range ended {
+		switch {
+		case hasKV(s.Attributes(), attributes.Reconstructed.Bool(true)):
+			children++
+			if s.Parent().SpanID() != sc.SpanID() && s.SpanContext().TraceID() == sc.TraceID() {
+				t.Errorf("%s is not parented to the engine span", s.Name())
+			}
+			if s.InstrumentationScope().Name != reconstruct.ScopeName {
+				t.Errorf("%s has scope %q", s.Name(), s.InstrumentationScope().Name)
+			}
+		case hasKV(s.Attributes(), attributes.ReconstructEngine.String("vllm")):
+			engine++
+		default:
+			passed++
+			if s.Name() != "route" {
+				t.Errorf("span %q passed without reconstruction", s.Name())
+			}
+		}
+	}
+	// First span: 4 children; second: no queue or prefill key, so no run
+	// (nothing anchors a prefill or decode span) and no children.
+	if engine != 2 || passed != 1 || children != 4 {
+		t.Errorf("engine spans %d, children %d, others %d; want 2, 4, 1", engine, children, passed)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var clamped int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == attributes.MetricReconstructClamped {
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					clamped += dp.Value
+				}
+			}
+		}
+	}
+	if clamped != 1 {
+		t.Errorf("%s = %d, want 1", attributes.MetricReconstructClamped, clamped)
+	}
+}
+
+func TestSpanProcessorDoesNotExpandTwice(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	inner := reconstruct.NewSpanProcessor(rec)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(reconstruct.NewSpanProcessor(inner)))
+	emitVLLM(tp, time.Now(), vllmAttrs()...)
+	if n := len(rec.Ended()); n != 5 {
+		t.Errorf("two processors in a row gave %d spans, want 5 (one expansion)", n)
+	}
+}
+
+func hasKV(kvs []attribute.KeyValue, want attribute.KeyValue) bool {
+	for _, kv := range kvs {
+		if kv == want {
+			return true
+		}
+	}
+	return false
+}

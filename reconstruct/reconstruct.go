@@ -1,0 +1,189 @@
+package reconstruct
+
+import (
+	"math"
+	"time"
+)
+
+// Latency holds a span's gen_ai.latency.* values in seconds; NaN marks a
+// key the span does not carry (NoLatency is all NaN).
+type Latency struct {
+	TTFT, E2E, Queue, Prefill, Decode, Inference float64
+}
+
+// NoLatency returns a Latency with every key absent.
+func NoLatency() Latency {
+	n := math.NaN()
+	return Latency{n, n, n, n, n, n}
+}
+
+// Span is what reconstruction reads from an engine's request span, as
+// plain data (FromAttributes fills it from OpenTelemetry attributes). The
+// zero Span has no usable keys.
+type Span struct {
+	Name  string // the span's name, e.g. llm_request
+	Scope string // its instrumentation scope's name
+	// Start and End are the span's own timestamps.
+	Start, End time.Time
+	Latency    Latency
+	// Token counts; -1 when the span does not say.
+	InputTokens, OutputTokens, CachedTokens int
+	// Operation, Model and FinishReason as the span gives them (empty when
+	// absent); bounded to MaxNameLength bytes by FromAttributes.
+	Operation, Model, FinishReason string
+	// Provider is the span's gen_ai.provider.name (empty when absent).
+	Provider string
+	// Failed is an error status on the span.
+	Failed bool
+	// Preemptions is llmtrace's llm.preemptions (-1 when absent; engines
+	// do not report it).
+	Preemptions int
+}
+
+// Request is a rebuilt request: its lifecycle instants, each inside the
+// span and in lifecycle order, zero when the span does not show it. It is
+// plain data (the zero Request shows nothing); Compute makes one.
+type Request struct {
+	Engine  Engine
+	Arrived time.Time // the span's start
+	// InputDone ends input processing: QUEUED (vLLM V1), the hand-off to
+	// the scheduler (SGLang); zero where the engine folds it into the
+	// queue (vLLM V0, TensorRT-LLM).
+	InputDone  time.Time
+	Queued     time.Time // zero when the queue is not visible (SGLang)
+	Prefilling time.Time // first PREFILLING
+	FirstToken time.Time
+	LastToken  time.Time // zero when the engine gives no decode time
+	Finished   time.Time
+	// End is the span's end, which bounds everything.
+	End time.Time
+
+	InputTokens, OutputTokens, CachedTokens, Preemptions int
+	Operation, Model, FinishReason                       string
+	// Provider is gen_ai.provider.name, which the conventions require on
+	// the gen_ai.server.* metrics: the span's, else the engine's name.
+	Provider string
+	Failed   bool
+	// Clamped counts values that contradicted each other or were invalid
+	// (clamped into the span, or dropped).
+	Clamped int
+}
+
+// tolerance separates rounding (durations travel as float seconds) from a
+// real contradiction.
+const tolerance = time.Microsecond
+
+func present(v float64) bool { return !math.IsNaN(v) }
+
+// maxSeconds bounds a duration from outside: a century, far beyond any
+// request, well inside time.Duration.
+const maxSeconds = 100 * 365 * 24 * 3600
+
+// duration converts one latency value, reporting whether it is usable.
+// Negative, infinite and absurd values are invalid: counted unless the
+// engine uses negatives for "unknown".
+func (r *Request) duration(v float64) (time.Duration, bool) {
+	if math.IsNaN(v) {
+		return 0, false
+	}
+	if v < 0 && r.Engine.NegativeAbsent && !math.IsInf(v, 0) {
+		return 0, false
+	}
+	if v < 0 || math.IsInf(v, 0) || v > maxSeconds {
+		r.Clamped++
+		return 0, false
+	}
+	return time.Duration(v * float64(time.Second)), true
+}
+
+// clamp moves t into [lo, hi], counting a move beyond rounding.
+func (r *Request) clamp(t, lo, hi time.Time) time.Time {
+	switch {
+	case t.Before(lo):
+		if lo.Sub(t) > tolerance {
+			r.Clamped++
+		}
+		return lo
+	case t.After(hi):
+		if t.Sub(hi) > tolerance {
+			r.Clamped++
+		}
+		return hi
+	}
+	return t
+}
+
+// Compute rebuilds the request of s under engine e. It reports false, and
+// s should pass untouched, when s has no start or none of the keys the
+// instants hang on (a usable time_to_first_token, e2e or time_in_queue).
+// Compute does not allocate; it never panics on any input.
+func Compute(s *Span, e Engine) (Request, bool) {
+	r := Request{
+		Engine: e, InputTokens: s.InputTokens, OutputTokens: s.OutputTokens,
+		CachedTokens: s.CachedTokens, Preemptions: s.Preemptions,
+		Operation: s.Operation, Model: s.Model, FinishReason: s.FinishReason, Failed: s.Failed,
+		Provider: s.Provider,
+	}
+	if r.Provider == "" {
+		r.Provider = e.Name
+	}
+	if s.Start.IsZero() || s.End.IsZero() {
+		return r, false
+	}
+	ttft, hasTTFT := r.duration(s.Latency.TTFT)
+	if hasTTFT && ttft == 0 && e.ZeroTTFTAbsent {
+		hasTTFT = false
+	}
+	e2e, hasE2E := r.duration(s.Latency.E2E)
+	queue, hasQueue := r.duration(s.Latency.Queue)
+	prefill, hasPrefill := r.duration(s.Latency.Prefill)
+	decode, hasDecode := r.duration(s.Latency.Decode)
+	inference, hasInference := r.duration(s.Latency.Inference)
+	if !hasTTFT && !hasE2E && !hasQueue {
+		return r, false
+	}
+
+	start, end := s.Start, s.End
+	if end.Before(start) {
+		r.Clamped++
+		end = start
+	}
+	r.Arrived, r.End, r.Finished = start, end, end
+	if hasE2E {
+		r.Finished = r.clamp(start.Add(e2e), start, end)
+	}
+	fin := r.Finished
+	if hasTTFT {
+		r.FirstToken = r.clamp(start.Add(ttft), start, fin)
+	}
+	ft := r.FirstToken
+	switch {
+	case e.QueueFromArrival:
+		if hasQueue {
+			r.Queued = start
+			hi := fin
+			if !ft.IsZero() {
+				hi = ft
+			}
+			r.Prefilling = r.clamp(start.Add(queue), start, hi)
+		}
+	case !ft.IsZero() && hasPrefill:
+		r.Prefilling = r.clamp(ft.Add(-prefill), start, ft)
+	case ft.IsZero() && hasInference && !e.PrefillFromDispatch && !e.ZeroTTFTAbsent:
+		// No first token (an abort during prefill): inference = FINISHED −
+		// PREFILLING still places the scheduling.
+		r.Prefilling = r.clamp(fin.Add(-inference), start, fin)
+	}
+	if !e.QueueFromArrival && !r.Prefilling.IsZero() {
+		if e.PrefillFromDispatch {
+			r.InputDone = r.Prefilling
+		} else if hasQueue {
+			r.Queued = r.clamp(r.Prefilling.Add(-queue), start, r.Prefilling)
+			r.InputDone = r.Queued
+		}
+	}
+	if !ft.IsZero() && hasDecode {
+		r.LastToken = r.clamp(ft.Add(decode), ft, fin)
+	}
+	return r, true
+}

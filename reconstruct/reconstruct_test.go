@@ -1,0 +1,259 @@
+package reconstruct
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/spans"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func ms(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+
+// lat builds a Latency from milliseconds; a negative argument -1 marks the
+// key absent.
+func lat(ttft, e2e, queue, prefill, decode float64) Latency {
+	l := NoLatency()
+	set := func(dst *float64, v float64) {
+		if v != -1 {
+			*dst = v / 1000
+		}
+	}
+	set(&l.TTFT, ttft)
+	set(&l.E2E, e2e)
+	set(&l.Queue, queue)
+	set(&l.Prefill, prefill)
+	set(&l.Decode, decode)
+	return l
+}
+
+func span(end float64, l Latency) Span {
+	return Span{Name: "llm_request", Start: t0, End: ms(end), Latency: l, InputTokens: 100, OutputTokens: 11, CachedTokens: 40, Preemptions: -1}
+}
+
+func TestComputeMappings(t *testing.T) {
+	z := time.Time{}
+	tests := []struct {
+		name    string
+		engine  Engine
+		span    Span
+		want    Request // instants only
+		clamped int
+	}{
+		{"vllm v1: SPEC formula", VLLM, span(1001, lat(300, 1000, 50, 200, 600)),
+			Request{Arrived: t0, InputDone: ms(50), Queued: ms(50), Prefilling: ms(100), FirstToken: ms(300), LastToken: ms(900), Finished: ms(1000)}, 0},
+		{"vllm v1: no e2e ends at the span's end", VLLM, span(1000, lat(300, -1, 50, 200, 600)),
+			Request{Arrived: t0, InputDone: ms(50), Queued: ms(50), Prefilling: ms(100), FirstToken: ms(300), LastToken: ms(900), Finished: ms(1000)}, 0},
+		{"vllm v1: abort before the first token (TTFT 0, unset engine stamps)", VLLM, span(500, lat(0, 500, 2.5e9, -3.2e9, 0)),
+			Request{Arrived: t0, Finished: ms(500)}, 1},
+		{"vllm v1: engine clock ahead of the frontend's puts QUEUED before ARRIVED", VLLM, span(1000, lat(100, 1000, 80, 60, 800)),
+			Request{Arrived: t0, InputDone: t0, Queued: t0, Prefilling: ms(40), FirstToken: ms(100), LastToken: ms(900), Finished: ms(1000)}, 1},
+		{"vllm v1: e2e beyond the span and decode beyond e2e are clamped", VLLM, span(1000, lat(300, 1200, 0, 100, 5000)),
+			Request{Arrived: t0, InputDone: ms(200), Queued: ms(200), Prefilling: ms(200), FirstToken: ms(300), LastToken: ms(1000), Finished: ms(1000)}, 2},
+		{"vllm v0: queue from arrival, no prefill or decode keys", VLLMV0, span(1002, lat(300, 1000, 120, -1, -1)),
+			Request{Arrived: t0, Queued: t0, Prefilling: ms(120), FirstToken: ms(300), Finished: ms(1000)}, 0},
+		{"tensorrt-llm: -1 means unknown, not a contradiction", TensorRTLLM, span(1000, lat(-1000, 1000, 120, -1, -1)),
+			Request{Arrived: t0, Queued: t0, Prefilling: ms(120), Finished: ms(1000)}, 0},
+		{"sglang: prefill from the dispatch, queue inside it", SGLang, span(1000, lat(300, 1000, -1, 250, 700)),
+			Request{Arrived: t0, InputDone: ms(50), Prefilling: ms(50), FirstToken: ms(300), LastToken: ms(1000), Finished: ms(1000)}, 0},
+		{"span ending before it starts", VLLM, span(-5, lat(300, 1000, 50, 200, 600)),
+			Request{Arrived: t0, InputDone: t0, Queued: t0, Prefilling: t0, FirstToken: t0, LastToken: t0, Finished: t0}, 6},
+		{"NaN and infinite values are dropped and counted", VLLM, span(1000, Latency{TTFT: 0.3, E2E: math.Inf(1), Queue: math.NaN(), Prefill: -math.Inf(1), Decode: math.NaN(), Inference: math.NaN()}),
+			Request{Arrived: t0, FirstToken: ms(300), Finished: ms(1000)}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, ok := Compute(&tt.span, tt.engine)
+			if !ok {
+				t.Fatal("Compute reported nothing to rebuild")
+			}
+			got := [...]time.Time{r.Arrived, r.InputDone, r.Queued, r.Prefilling, r.FirstToken, r.LastToken, r.Finished}
+			want := [...]time.Time{tt.want.Arrived, tt.want.InputDone, tt.want.Queued, tt.want.Prefilling, tt.want.FirstToken, tt.want.LastToken, tt.want.Finished}
+			names := [...]string{"ARRIVED", "input done", "QUEUED", "PREFILLING", "first token", "last token", "FINISHED"}
+			for i := range got {
+				if !got[i].Equal(want[i]) {
+					t.Errorf("%s = %v, want %v", names[i], off(got[i]), off(want[i]))
+				}
+			}
+			if r.Clamped != tt.clamped {
+				t.Errorf("Clamped = %d, want %d", r.Clamped, tt.clamped)
+			}
+			_ = z
+		})
+	}
+}
+
+func off(t time.Time) string {
+	if t.IsZero() {
+		return "absent"
+	}
+	return t.Sub(t0).String()
+}
+
+func TestComputeNothingToRebuild(t *testing.T) {
+	for name, s := range map[string]Span{
+		"no latency keys":      {Name: "GET /health", Start: t0, End: ms(3), Latency: NoLatency()},
+		"only a decode key":    {Start: t0, End: ms(3), Latency: lat(-1, -1, -1, -1, 2)},
+		"no start":             {End: ms(3), Latency: lat(1, 2, -1, -1, -1)},
+		"zero span":            {},
+		"only invalid keys":    {Start: t0, End: ms(3), Latency: lat(-5, -7, -9, -1, -1)},
+		"vllm zero TTFT alone": {Start: t0, End: ms(3), Latency: lat(0, -1, -1, -1, -1)},
+	} {
+		if _, ok := Compute(&s, VLLM); ok {
+			t.Errorf("%s: Compute reported a request", name)
+		}
+	}
+}
+
+func TestStats(t *testing.T) {
+	s := span(1001, lat(300, 1000, 50, 200, 600))
+	r, _ := Compute(&s, VLLM)
+	st := r.Stats()
+	want := Stats{E2E: time.Second, TTFT: 300 * time.Millisecond, Queue: 50 * time.Millisecond, Prefill: 200 * time.Millisecond,
+		Decode: 700 * time.Millisecond, Inference: 900 * time.Millisecond, TPOT: 70 * time.Millisecond,
+		Has: HasTTFT | HasQueue | HasPrefill | HasDecode | HasInference | HasTPOT}
+	if st != want {
+		t.Errorf("Stats = %+v\nwant    %+v", st, want)
+	}
+	// SGLang shows no queue: the queue is absent, not zero.
+	s = span(1000, lat(300, 1000, -1, 250, 700))
+	r, _ = Compute(&s, SGLang)
+	if st := r.Stats(); st.Has&HasQueue != 0 || st.Prefill != 250*time.Millisecond {
+		t.Errorf("sglang Stats = %+v, want no queue and prefill 250ms", st)
+	}
+	// An abort before the first token has e2e only.
+	s = span(500, lat(0, 500, 2.5e9, -3.2e9, 0))
+	r, _ = Compute(&s, VLLM)
+	if st := r.Stats(); st.Has != 0 || st.E2E != 500*time.Millisecond {
+		t.Errorf("abort Stats = %+v, want e2e alone", st)
+	}
+}
+
+func TestTree(t *testing.T) {
+	tests := []struct {
+		name   string
+		engine Engine
+		span   Span
+		want   []string // name start→end in ms
+	}{
+		{"vllm", VLLM, span(1001, lat(300, 1000, 50, 200, 600)), []string{
+			"llm.input_processing 0s→50ms", "llm.queue 50ms→100ms", "llm.prefill 100ms→300ms", "llm.decode 300ms→900ms"}},
+		{"vllm-v0", VLLMV0, span(1000, lat(300, 1000, 120, -1, -1)), []string{
+			"llm.queue 0s→120ms", "llm.prefill 120ms→300ms", "llm.decode 300ms→1s"}},
+		{"sglang", SGLang, span(1000, lat(300, 1000, -1, 250, 700)), []string{
+			"llm.input_processing 0s→50ms", "llm.prefill 50ms→300ms", "llm.decode 300ms→1s"}},
+		{"llmtrace roots are not expanded", LLMTrace, span(1000, lat(300, 1000, 50, 200, 600)), nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := Compute(&tt.span, tt.engine)
+			var tr spans.Tree
+			r.Tree(&tr)
+			var got []string
+			for _, s := range tr.Spans[1:] {
+				got = append(got, s.Name+" "+time.Duration(s.Start-t0.UnixNano()).String()+"→"+time.Duration(s.End-t0.UnixNano()).String())
+				if !has(s.Attrs, attributes.Reconstructed.Bool(true)) {
+					t.Errorf("%s lacks llm.reconstructed=true", s.Name)
+				}
+				if s.End < s.Start || s.Start < tt.span.Start.UnixNano() || s.End > tt.span.End.UnixNano() {
+					t.Errorf("%s [%v, %v] is not inside the span", s.Name, s.Start, s.End)
+				}
+				if s.Name == attributes.SpanPrefill {
+					for _, kv := range s.Attrs {
+						if kv.Key == attributes.PrefillChunks {
+							t.Errorf("prefill states %s, which a single span cannot show", kv.Key)
+						}
+					}
+					if !has(s.Attrs, attributes.PrefillCachedTokens.Int(40)) {
+						t.Errorf("prefill lacks the engine's cached tokens: %v", s.Attrs)
+					}
+				}
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("children = %q, want %q", got, tt.want)
+			}
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Errorf("child %d = %q, want %q", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func has(kvs []attribute.KeyValue, want attribute.KeyValue) bool {
+	for _, kv := range kvs {
+		if kv == want {
+			return true
+		}
+	}
+	return false
+}
+
+func TestFromAttributes(t *testing.T) {
+	s := FromAttributes("llm_request", "vllm.llm_engine", t0, ms(1000), []attribute.KeyValue{
+		attributes.LatencyTimeToFirstToken.Float64(0.3),
+		attributes.LatencyE2E.Int64(1),
+		attributes.EngineUsagePromptTokens.Int(12),
+		attributes.EngineUsageCompletionTokens.Float64(7),
+		attributes.EngineUsageCachedTokens.Int(-3),
+		attributes.ResponseModel.String("m"),
+		attributes.FinishReasons.String(`["length", "stop"]`),
+		attributes.OperationName.String(string(make([]byte, 4*MaxNameLength))),
+		attribute.String("unrelated", "x"),
+	})
+	if s.Latency.TTFT != 0.3 || s.Latency.E2E != 1 || !math.IsNaN(s.Latency.Queue) {
+		t.Errorf("latency = %+v", s.Latency)
+	}
+	if s.InputTokens != 12 || s.OutputTokens != 7 || s.CachedTokens != -1 || s.Preemptions != -1 {
+		t.Errorf("counts = %d %d %d %d", s.InputTokens, s.OutputTokens, s.CachedTokens, s.Preemptions)
+	}
+	if s.Model != "m" || s.FinishReason != "length" || len(s.Operation) != MaxNameLength {
+		t.Errorf("model %q reason %q operation length %d", s.Model, s.FinishReason, len(s.Operation))
+	}
+	for in, want := range map[attribute.Value]string{
+		attribute.StringSliceValue([]string{"abort"}): "abort",
+		attribute.StringValue("stop"):                 "stop",
+		attribute.StringValue(`[]`):                   "",
+		attribute.StringValue(`["unterminated`):       "unterminated",
+		attribute.IntValue(3):                         "",
+	} {
+		if got := finishReason(&value{in}); got != want {
+			t.Errorf("finishReason(%v) = %q, want %q", in.String(), got, want)
+		}
+	}
+}
+
+func TestDetect(t *testing.T) {
+	for _, tt := range []struct {
+		name, scope string
+		lat         Latency
+		want        Engine
+	}{
+		{"chat m", "github.com/llmtrace/llmtrace/otelstats", lat(1, 2, 1, 1, 1), LLMTrace},
+		{" Req 1a2b3c4d", "sglang server", lat(1, 2, -1, 1, 1), SGLang},
+		{"prefill Req 1a2b3c4d", "other", lat(1, 2, -1, 1, 1), SGLang},
+		{"llm_request", "vllm.llm_engine", lat(1, 2, 1, 1, 1), VLLM},
+		{"llm_request", "vllm.llm_engine", lat(1, 2, 1, -1, -1), VLLMV0},
+		{"llm_request", "trt.api_server", lat(1, 2, 1, -1, -1), TensorRTLLM},
+		{"anything", "", lat(1, 2, -1, -1, -1), VLLM},
+	} {
+		s := Span{Name: tt.name, Scope: tt.scope, Latency: tt.lat}
+		if got := Detect(&s); got != tt.want {
+			t.Errorf("Detect(%q, %q) = %s, want %s", tt.name, tt.scope, got.Name, tt.want.Name)
+		}
+	}
+	for _, e := range []Engine{VLLM, VLLMV0, TensorRTLLM, SGLang, LLMTrace} {
+		if got, ok := EngineByName(e.Name); !ok || got != e {
+			t.Errorf("EngineByName(%q) = %v, %v", e.Name, got, ok)
+		}
+	}
+	if _, ok := EngineByName("nope"); ok {
+		t.Error("EngineByName found an unknown engine")
+	}
+}
