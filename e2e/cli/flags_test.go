@@ -236,10 +236,13 @@ var cases = map[string][]flagCase{
 		{name: "-h", args: []string{"-h"}, exit: 0, stderr: []string{"usage: llmtrace proxy"}},
 		{name: "no -upstream", exit: 2},
 		{
-			name: "every flag", ready: "msg=", args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-metrics-listen", "{addr2}",
-				"-stats-out", "{tmp}/s.jsonl", "-spans-out", "{tmp}/spans.jsonl", "-stats-log", "50ms", "-max-body", "1048576",
-				"-stall-factor", "4", "-stall-min", "50ms", "-drain", "5s", "-trust-traceparent"},
-			interact: func(t *testing.T, v vars, p *proc) {
+			name: "every flag", ready: "msg=proxying", args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-metrics-listen", "{addr2}",
+				"-stats-out", "{tmp}/s.jsonl", "-spans-out", "{tmp}/spans.jsonl", "-stats-log", "50ms",
+				"-stall-factor", "4", "-stall-min", "50ms", "-drain", "5s", "-trust-traceparent", "-server-timing",
+				"-body-budget", "8388608", "-event-limit", "65536", "-idle-timeout", "30s", "-max-header-bytes", "32768",
+				"-read-header-timeout", "5s", "-read-timeout", "1m", "-upstream-dial-timeout", "5s", "-upstream-header-timeout", "1m",
+				"-models", "toy"},
+			interact: func(t *testing.T, v vars, _ *proc) {
 				chat(t, "http://"+v["addr"])
 				if code, body := get(t, "http://"+v["addr2"]+"/metrics"); code != 200 || !strings.Contains(body, "gen_ai_server") {
 					t.Errorf("/metrics: %d", code)
@@ -248,6 +251,14 @@ var cases = map[string][]flagCase{
 			check: func(t *testing.T, v vars, o, e string) {
 				fileHas("s", `"finish_reason":"stop"`)(t, vars{"s": v["tmp"] + "/s.jsonl"}, o, e)
 				fileHas("s", `"name":"chat toy"`)(t, vars{"s": v["tmp"] + "/spans.jsonl"}, o, e)
+			},
+		},
+		{
+			name: "-public, -models-wait from the upstream", ready: "msg=proxying",
+			args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-public", "-models-wait", "5s", "-stats-log", "0", "-stats-out", "{tmp}/s.jsonl"},
+			interact: func(t *testing.T, v vars, _ *proc) { chat(t, "http://"+v["addr"]) },
+			check: func(t *testing.T, v vars, o, e string) {
+				fileHas("s", `"finish_reason":"stop"`)(t, vars{"s": v["tmp"] + "/s.jsonl"}, o, e)
 			},
 		},
 	},
@@ -267,8 +278,10 @@ var cases = map[string][]flagCase{
 	},
 }
 
-// backends are started once, for the cases that need them.
+// backends are started once, for the cases that need them, and live as
+// long as parent (TestFlags itself, not the case that first needed them).
 type backends struct {
+	parent   *testing.T
 	mu       sync.Mutex
 	jaeger   *testbackend.Jaeger
 	upstream string
@@ -288,13 +301,13 @@ func (b *backends) vars(t *testing.T, c *flagCase) vars {
 	defer b.mu.Unlock()
 	if strings.Contains(all, "{jaeger}") {
 		if b.jaeger == nil {
-			b.jaeger = testbackend.StartJaeger(t)
+			b.jaeger = testbackend.StartJaeger(b.parent)
 		}
 		v["jaeger"] = b.jaeger.OTLPGRPCEndpoint()
 	}
 	if strings.Contains(all, "{upstream}") {
 		if b.upstream == "" {
-			b.upstream = startUpstream(t)
+			b.upstream = startUpstream(b.parent)
 		}
 		v["upstream"] = b.upstream
 	}
@@ -320,7 +333,7 @@ func startUpstream(t *testing.T) string {
 
 // TestFlags runs every case of the table through the built binary.
 func TestFlags(t *testing.T) {
-	var b backends
+	b := backends{parent: t}
 	subs := make([]string, 0, len(cases))
 	for s := range cases {
 		subs = append(subs, s)
