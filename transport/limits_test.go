@@ -327,11 +327,11 @@ func TestServerHTTPLimits(t *testing.T) {
 	}
 	defer tr.Shutdown(context.Background())
 	srv, err := NewServer(ServerConfig{Collector: Config{Tracker: tr, MaxConns: 2}, HTTPAddr: "127.0.0.1:0",
-		ReadHeaderTimeout: 100 * time.Millisecond, MaxHeaderBytes: 4096})
+		ReadHeaderTimeout: 100 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, MaxHeaderBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := srv.srv; s.ReadTimeout != DefaultHTTPReadTimeout || s.IdleTimeout != DefaultHTTPIdleTimeout ||
+	if s := srv.srv; s.ReadTimeout != 300*time.Millisecond || s.IdleTimeout != DefaultHTTPIdleTimeout ||
 		s.WriteTimeout != DefaultHTTPWriteTimeout || s.MaxHeaderBytes != 4096 || s.ReadHeaderTimeout != 100*time.Millisecond {
 		t.Errorf("http.Server limits %v %v %v %v %v", s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout, s.MaxHeaderBytes)
 	}
@@ -348,6 +348,16 @@ func TestServerHTTPLimits(t *testing.T) {
 	slow.SetReadDeadline(time.Now().Add(20 * time.Second))
 	io.Copy(io.Discard, slow)
 	slow.Close()
+	// A body that stalls is cut at ReadTimeout and counted.
+	trickle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trickle.Write([]byte("POST /v1/updates HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"request_id\""))
+	trickle.SetReadDeadline(time.Now().Add(20 * time.Second))
+	io.Copy(io.Discard, trickle)
+	trickle.Close()
+	wait(t, "the stalled body counted", func() bool { return srv.Collector().Stats().TimedOut == 1 })
 	// Two held connections fill the cap; a third is closed at once.
 	a, _ := net.Dial("tcp", addr)
 	b, _ := net.Dial("tcp", addr)
