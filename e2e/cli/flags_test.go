@@ -255,7 +255,7 @@ var cases = map[string][]flagCase{
 		},
 		{
 			name: "-public, -models-wait from the upstream", ready: "msg=proxying",
-			args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-public", "-models-wait", "5s", "-stats-log", "0", "-stats-out", "{tmp}/s.jsonl"},
+			args:     []string{"-upstream", "{upstream}", "-listen", "{addr}", "-public", "-models-wait", "5s", "-stats-log", "0", "-stats-out", "{tmp}/s.jsonl"},
 			interact: func(t *testing.T, v vars, _ *proc) { chat(t, "http://"+v["addr"]) },
 			check: func(t *testing.T, v vars, o, e string) {
 				fileHas("s", `"finish_reason":"stop"`)(t, vars{"s": v["tmp"] + "/s.jsonl"}, o, e)

@@ -439,4 +439,3 @@ func TestReadmeCommands(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
-
