@@ -135,7 +135,8 @@
 //
 //	u8       kind      1 ARRIVED, 2 INPUT_PROCESSED, 3 QUEUED, 4 PREFILLING,
 //	                   5 PREEMPTED, 6 DECODING, 7 DETOKENIZED, 8 FINISHED
-//	                   (vLLM's RequestStatsUpdate.Type + 1)
+//	                   (vLLM's RequestStatsUpdate.Type + 1), 9 REMOTE_KV_WAIT,
+//	                   10 REMOTE_KV_READY, 11 ENCODING, 12 ENCODED
 //	u8       flags     bits 0–1 side: 0 from the kind (FINISHED: frontend),
 //	                   1 frontend, 2 engine; bit 2: time is monotonic
 //	                   (mapped through the HELLO), else Unix wall time;
@@ -146,18 +147,31 @@
 //	         ids 0x01–0x3F carry a uvarint, ids 0x40–0x7F a string; an
 //	         unknown id in those ranges is skipped, ids 0x00 and 0x80–0xFF
 //	         make the frame malformed. A repeated field's last value wins.
+//	         The fields are the update log's, under the same rules:
 //
 //	  0x01 num_prompt_tokens    required on INPUT_PROCESSED
 //	  0x02 num_computed_tokens  required on PREFILLING
 //	  0x03 num_cached_tokens    required on PREFILLING
 //	  0x04 num_new_tokens       required on DETOKENIZED; DECODING: default 1
 //	  0x05 busy_ns              detokenizer busy time of a delivery
+//	  0x06 num_output_tokens    the frontend's FINISHED: an output in one piece
+//	  0x07 num_remote_tokens    required on REMOTE_KV_READY
+//	  0x08 kv_bytes             REMOTE_KV_READY (at most 2^50)
+//	  0x09 num_draft_tokens     DECODING, with 0x0A (speculative decoding)
+//	  0x0A num_accepted_tokens  DECODING, with 0x09
+//	  0x0B num_items            required on ENCODING
+//	  0x0C num_encoder_tokens   ENCODING
+//	  0x0D encoder_cache_hit    ENCODED: 1 when the encoder cache served it
 //	  0x40 model                required on ARRIVED
 //	  0x41 operation
 //	  0x42 scope
 //	  0x43 finish_reason        required on FINISHED
 //	  0x44 error_type
 //	  0x45 sampling_params      a JSON object as in the update log
+//	  0x46 pd_role              ARRIVED: prefill or decode (SPEC §7)
+//	  0x47 kv_source            required on REMOTE_KV_WAIT
+//	  0x48 kv_status            REMOTE_KV_READY: ok or failed
+//	  0x49 lora_adapter         ARRIVED (SPEC §9)
 //
 // Counts above 2^30 are rejected as absurd.
 //

@@ -39,18 +39,33 @@ const (
 // Field ids of an UPDATE frame. Ids below 0x40 carry a uvarint, ids from
 // 0x40 to 0x7F a string.
 const (
-	fieldPromptTokens   byte = 0x01
-	fieldComputedTokens byte = 0x02
-	fieldCachedTokens   byte = 0x03
-	fieldNewTokens      byte = 0x04
-	fieldBusyNs         byte = 0x05
-	fieldModel          byte = 0x40
-	fieldOperation      byte = 0x41
-	fieldScope          byte = 0x42
-	fieldFinishReason   byte = 0x43
-	fieldErrorType      byte = 0x44
-	fieldSampling       byte = 0x45
+	fieldPromptTokens    byte = 0x01
+	fieldComputedTokens  byte = 0x02
+	fieldCachedTokens    byte = 0x03
+	fieldNewTokens       byte = 0x04
+	fieldBusyNs          byte = 0x05
+	fieldOutputTokens    byte = 0x06
+	fieldRemoteTokens    byte = 0x07
+	fieldKVBytes         byte = 0x08
+	fieldDraftTokens     byte = 0x09
+	fieldAcceptedTokens  byte = 0x0A
+	fieldItems           byte = 0x0B
+	fieldEncoderTokens   byte = 0x0C
+	fieldEncoderCacheHit byte = 0x0D
+	fieldModel           byte = 0x40
+	fieldOperation       byte = 0x41
+	fieldScope           byte = 0x42
+	fieldFinishReason    byte = 0x43
+	fieldErrorType       byte = 0x44
+	fieldSampling        byte = 0x45
+	fieldPDRole          byte = 0x46
+	fieldKVSource        byte = 0x47
+	fieldKVStatus        byte = 0x48
+	fieldLoRAAdapter     byte = 0x49
 )
+
+// maxKVBytes bounds kv_bytes, as the update log does.
+const maxKVBytes = 1 << 50
 
 const (
 	flagSideMask = 0x03
@@ -170,11 +185,23 @@ func AppendUpdate(dst []byte, u *otelstats.Update, s Stamp) []byte {
 	num(fieldCachedTokens, u.NumCachedTokens, k == otelstats.KindPrefilling || u.NumCachedTokens > 0)
 	num(fieldNewTokens, u.NumNewTokens, k == otelstats.KindDetokenized || u.NumNewTokens > 0)
 	num(fieldBusyNs, int(u.Busy), u.Busy > 0)
+	num(fieldOutputTokens, u.NumOutputTokens, u.NumOutputTokens > 0)
+	num(fieldRemoteTokens, u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || u.NumRemoteTokens > 0)
+	num(fieldKVBytes, int(u.KVBytes), u.KVBytes > 0)
+	num(fieldDraftTokens, u.NumDraftTokens, u.NumDraftTokens > 0)
+	num(fieldAcceptedTokens, u.NumAcceptedTokens, u.NumDraftTokens > 0)
+	num(fieldItems, u.NumItems, k == otelstats.KindEncoding || u.NumItems > 0)
+	num(fieldEncoderTokens, u.NumEncoderTokens, u.NumEncoderTokens > 0)
+	num(fieldEncoderCacheHit, 1, u.EncoderCacheHit)
 	str(fieldModel, u.Model)
 	str(fieldOperation, u.Operation)
 	str(fieldScope, u.Scope)
 	str(fieldFinishReason, u.FinishReason)
 	str(fieldErrorType, u.ErrorType)
+	str(fieldPDRole, u.PDRole)
+	str(fieldKVSource, u.KVSource)
+	str(fieldKVStatus, u.KVStatus)
+	str(fieldLoRAAdapter, u.LoRAAdapter)
 	if u.Sampling != nil {
 		if b, err := json.Marshal(u.Sampling); err == nil && string(b) != "{}" {
 			dst = append(dst, fieldSampling)
@@ -360,8 +387,17 @@ func decodeUpdate(body []byte, f *Frame) error {
 	u.Side = otelstats.Side(flags & flagSideMask)
 	f.Stamp.Mono = flags&flagMono != 0
 	u.RequestID = string(id)
+	seen, err := decodeFields(&r, u)
+	if err != nil {
+		return err
+	}
+	f.Reject = payloadRules(u, seen)
+	return nil
+}
 
-	var seen uint64 // bit per numeric field id
+// decodeFields reads an UPDATE's fields into u and returns which numeric
+// field ids it saw (a bit each).
+func decodeFields(r *reader, u *otelstats.Update) (seen uint64, err error) {
 	for len(r.b) > 0 && r.err == nil {
 		id := r.byte1("field id")
 		switch {
@@ -369,78 +405,126 @@ func decodeUpdate(body []byte, f *Frame) error {
 			r.fail("bad field id 0x" + strconv.FormatUint(uint64(id), 16))
 		case id < 0x40:
 			v := r.uvarint("field")
-			if r.err != nil {
-				break
-			}
-			seen |= 1 << id
-			if id == fieldBusyNs {
-				if v > uint64(1e6*float64(time.Second)) {
-					r.fail("busy_ns out of range")
-				}
-				u.Busy = time.Duration(v)
-				break
-			}
-			if v > otelstats.MaxTokenCount {
-				v = otelstats.MaxTokenCount + 1 // the tracker rejects it as absurd
-			}
-			switch id {
-			case fieldPromptTokens:
-				u.NumPromptTokens = int(v)
-			case fieldComputedTokens:
-				u.NumComputedTokens = int(v)
-			case fieldCachedTokens:
-				u.NumCachedTokens = int(v)
-			case fieldNewTokens:
-				u.NumNewTokens = int(v)
+			if r.err == nil {
+				seen |= 1 << id
+				numField(r, u, id, v)
 			}
 		default:
-			s := r.bytes("field", maxString)
-			if r.err != nil {
-				break
-			}
-			switch id {
-			case fieldModel:
-				u.Model = string(s)
-			case fieldOperation:
-				u.Operation = string(s)
-			case fieldScope:
-				u.Scope = string(s)
-			case fieldFinishReason:
-				u.FinishReason = string(s)
-			case fieldErrorType:
-				u.ErrorType = string(s)
-			case fieldSampling:
-				var sp otelstats.SamplingParams
-				if err := json.Unmarshal(s, &sp); err != nil {
-					r.fail("sampling_params is not a JSON object of sampling params")
-					break
-				}
-				u.Sampling = &sp
+			if s := r.bytes("field", maxString); r.err == nil {
+				strField(r, u, id, s)
 			}
 		}
 	}
-	if r.err != nil {
-		return r.err
+	return seen, r.err
+}
+
+// count is a token count as the tracker sees it: one past its limit when
+// absurd, so the tracker rejects it as absurd_count.
+func count(v uint64) int {
+	if v > otelstats.MaxTokenCount {
+		return otelstats.MaxTokenCount + 1
 	}
-	need := func(field byte, name string) {
-		if f.Reject == nil && seen&(1<<field) == 0 {
-			f.Reject = &otelstats.RejectError{RequestID: u.RequestID, Kind: k, Side: u.Side,
-				Reason: otelstats.ReasonMissingPayload, Detail: name + " is required on " + k.String()}
+	return int(v)
+}
+
+// numField sets a uvarint field; unknown ids are skipped.
+func numField(r *reader, u *otelstats.Update, id byte, v uint64) {
+	switch id {
+	case fieldPromptTokens:
+		u.NumPromptTokens = count(v)
+	case fieldComputedTokens:
+		u.NumComputedTokens = count(v)
+	case fieldCachedTokens:
+		u.NumCachedTokens = count(v)
+	case fieldNewTokens:
+		u.NumNewTokens = count(v)
+	case fieldOutputTokens:
+		u.NumOutputTokens = count(v)
+	case fieldRemoteTokens:
+		u.NumRemoteTokens = count(v)
+	case fieldDraftTokens:
+		u.NumDraftTokens = count(v)
+	case fieldAcceptedTokens:
+		u.NumAcceptedTokens = count(v)
+	case fieldItems:
+		u.NumItems = count(v)
+	case fieldEncoderTokens:
+		u.NumEncoderTokens = count(v)
+	case fieldEncoderCacheHit:
+		u.EncoderCacheHit = v != 0
+	case fieldKVBytes:
+		u.KVBytes = int64(min(v, maxKVBytes+1)) // the tracker rejects more
+	case fieldBusyNs:
+		if v > uint64(1e6*float64(time.Second)) {
+			r.fail("busy_ns out of range")
+		}
+		u.Busy = time.Duration(v)
+	}
+}
+
+// strField sets a string field; unknown ids are skipped.
+func strField(r *reader, u *otelstats.Update, id byte, s []byte) {
+	switch id {
+	case fieldModel:
+		u.Model = string(s)
+	case fieldOperation:
+		u.Operation = string(s)
+	case fieldScope:
+		u.Scope = string(s)
+	case fieldFinishReason:
+		u.FinishReason = string(s)
+	case fieldErrorType:
+		u.ErrorType = string(s)
+	case fieldPDRole:
+		u.PDRole = string(s)
+	case fieldKVSource:
+		u.KVSource = string(s)
+	case fieldKVStatus:
+		u.KVStatus = string(s)
+	case fieldLoRAAdapter:
+		u.LoRAAdapter = string(s)
+	case fieldSampling:
+		var sp otelstats.SamplingParams
+		if err := json.Unmarshal(s, &sp); err != nil {
+			r.fail("sampling_params is not a JSON object of sampling params")
+			return
+		}
+		u.Sampling = &sp
+	}
+}
+
+// required are the fields each kind must carry, as in the update log.
+var required = map[otelstats.Kind][]struct {
+	id   byte
+	name string
+}{
+	otelstats.KindInputProcessed: {{fieldPromptTokens, "num_prompt_tokens"}},
+	otelstats.KindPrefilling:     {{fieldComputedTokens, "num_computed_tokens"}, {fieldCachedTokens, "num_cached_tokens"}},
+	otelstats.KindDetokenized:    {{fieldNewTokens, "num_new_tokens"}},
+	otelstats.KindRemoteKVReady:  {{fieldRemoteTokens, "num_remote_tokens"}},
+	otelstats.KindEncoding:       {{fieldItems, "num_items"}},
+}
+
+// payloadRules are the update log's rules on what a kind carries (the
+// tracker checks the rest): the rejection of a well-formed frame whose
+// update breaks one, or nil.
+func payloadRules(u *otelstats.Update, seen uint64) *otelstats.RejectError {
+	has := func(id byte) bool { return seen&(1<<id) != 0 }
+	bad := func(reason otelstats.Reason, detail string) *otelstats.RejectError {
+		return &otelstats.RejectError{RequestID: u.RequestID, Kind: u.Kind, Side: u.Side, Reason: reason, Detail: detail}
+	}
+	for _, f := range required[u.Kind] {
+		if !has(f.id) {
+			return bad(otelstats.ReasonMissingPayload, f.name+" is required on "+u.Kind.String())
 		}
 	}
-	switch k {
-	case otelstats.KindInputProcessed:
-		need(fieldPromptTokens, "num_prompt_tokens")
-	case otelstats.KindPrefilling:
-		need(fieldComputedTokens, "num_computed_tokens")
-		need(fieldCachedTokens, "num_cached_tokens")
-	case otelstats.KindDetokenized:
-		need(fieldNewTokens, "num_new_tokens")
-	case otelstats.KindDecoding:
-		if seen&(1<<fieldNewTokens) != 0 && u.NumNewTokens == 0 {
-			f.Reject = &otelstats.RejectError{RequestID: u.RequestID, Kind: k, Side: u.Side,
-				Reason: otelstats.ReasonMissingPayload, Detail: "DECODING with num_new_tokens 0"}
-		}
+	switch {
+	case u.Kind == otelstats.KindDecoding && has(fieldNewTokens) && u.NumNewTokens == 0:
+		return bad(otelstats.ReasonMissingPayload, "DECODING with num_new_tokens 0")
+	case has(fieldDraftTokens) != has(fieldAcceptedTokens):
+		return bad(otelstats.ReasonDraftWithoutAccepted, "num_draft_tokens and num_accepted_tokens go together")
+	case u.Kind == otelstats.KindRemoteKVWait && u.KVSource == "":
+		return bad(otelstats.ReasonMissingPayload, "kv_source is required on REMOTE_KV_WAIT")
 	}
 	return nil
 }

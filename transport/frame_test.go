@@ -34,6 +34,16 @@ func sampleUpdates() []otelstats.Update {
 		{RequestID: "r1", Kind: otelstats.KindDetokenized, NumNewTokens: 2},
 		{RequestID: "r1", Kind: otelstats.KindFinished, Side: otelstats.SideEngine, FinishReason: "stop"},
 		{RequestID: strings.Repeat("x", otelstats.MaxIDLength), Kind: otelstats.KindFinished, FinishReason: "error", ErrorType: "timeout", NumPromptTokens: 7},
+		// SPEC §7–9's kinds and payloads.
+		{RequestID: "pd", Kind: otelstats.KindArrived, Model: "m", PDRole: otelstats.PDRoleDecode, LoRAAdapter: "sql-lora"},
+		{RequestID: "pd", Kind: otelstats.KindRemoteKVWait, KVSource: "prefill-3"},
+		{RequestID: "pd", Kind: otelstats.KindRemoteKVReady, NumRemoteTokens: 480, KVBytes: 1 << 33, KVStatus: otelstats.KVStatusFailed},
+		{RequestID: "pd", Kind: otelstats.KindRemoteKVReady, NumRemoteTokens: 0},
+		{RequestID: "pd", Kind: otelstats.KindDecoding, NumNewTokens: 3, NumDraftTokens: 4, NumAcceptedTokens: 2},
+		{RequestID: "mm", Kind: otelstats.KindEncoding, NumItems: 2, NumEncoderTokens: 576},
+		{RequestID: "mm", Kind: otelstats.KindEncoding, NumItems: 0},
+		{RequestID: "mm", Kind: otelstats.KindEncoded, EncoderCacheHit: true},
+		{RequestID: "mm", Kind: otelstats.KindFinished, FinishReason: "stop", NumOutputTokens: 12},
 	}
 }
 
@@ -78,6 +88,28 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 	if len(b) != 0 {
 		t.Fatalf("%d bytes left", len(b))
+	}
+}
+
+// TestEncodingsAgree: every update, through the binary encoding and
+// through the update log, decodes to the same Update — neither encoding
+// carries a field the other drops.
+func TestEncodingsAgree(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 5).UTC()
+	for i, u := range sampleUpdates() {
+		u.Time = t0
+		f, _, err := DecodeFrame(AppendUpdate(nil, &u, Stamp{Ns: t0.UnixNano()}), DefaultMaxFrame)
+		if err != nil || f.Reject != nil {
+			t.Fatalf("update %d binary: %v %v", i, err, f.Reject)
+		}
+		f.Update.Time = t0
+		j, err := ParseUpdate(AppendUpdateJSON(nil, &u))
+		if err != nil {
+			t.Fatalf("update %d JSON: %v", i, err)
+		}
+		if !reflect.DeepEqual(f.Update, j) {
+			t.Errorf("update %d:\nbinary %+v\n  json %+v", i, f.Update, j)
+		}
 	}
 }
 
@@ -169,6 +201,9 @@ func TestDecodeFrameMissingPayload(t *testing.T) {
 		"PREFILLING":      frame(FrameUpdate, 4, 0, 1, 1, 'r', 0x02, 5),
 		"DETOKENIZED":     frame(FrameUpdate, 7, 0, 1, 1, 'r'),
 		"DECODING 0":      frame(FrameUpdate, 6, 0, 1, 1, 'r', 0x04, 0),
+		"REMOTE_KV_WAIT":  frame(FrameUpdate, 9, 0, 1, 1, 'r'),
+		"REMOTE_KV_READY": frame(FrameUpdate, 10, 0, 1, 1, 'r'),
+		"ENCODING":        frame(FrameUpdate, 11, 0, 1, 1, 'r'),
 	}
 	for name, in := range cases {
 		f, n, err := DecodeFrame(in, DefaultMaxFrame)
@@ -179,8 +214,13 @@ func TestDecodeFrameMissingPayload(t *testing.T) {
 			t.Errorf("%s: reject = %v", name, f.Reject)
 		}
 	}
+	// The draft count goes with the accepted count, as in the update log.
+	f, _, err := DecodeFrame(frame(FrameUpdate, 6, 0, 1, 1, 'r', 0x09, 4), DefaultMaxFrame)
+	if err != nil || f.Reject == nil || f.Reject.Reason != otelstats.ReasonDraftWithoutAccepted {
+		t.Errorf("draft without accepted: %v %v", err, f.Reject)
+	}
 	// DECODING without num_new_tokens means one token.
-	f, _, err := DecodeFrame(frame(FrameUpdate, 6, 0, 1, 1, 'r'), DefaultMaxFrame)
+	f, _, err = DecodeFrame(frame(FrameUpdate, 6, 0, 1, 1, 'r'), DefaultMaxFrame)
 	if err != nil || f.Reject != nil || f.Update.NumNewTokens != 0 {
 		t.Fatalf("DECODING default: %v %+v", err, f)
 	}

@@ -131,6 +131,8 @@ func TestUpdateSide(t *testing.T) {
 		{otelstats.Update{Kind: otelstats.KindDetokenized}, otelstats.SideFrontend},
 		{otelstats.Update{Kind: otelstats.KindFinished}, otelstats.SideFrontend},
 		{otelstats.Update{Kind: otelstats.KindFinished, Side: otelstats.SideEngine}, otelstats.SideEngine},
+		{otelstats.Update{Kind: otelstats.KindRemoteKVWait}, otelstats.SideEngine},
+		{otelstats.Update{Kind: otelstats.KindEncoded}, otelstats.SideEngine},
 	} {
 		if got := updateSide(&tc.u); got != tc.want {
 			t.Errorf("%v side %v: %v, want %v", tc.u.Kind, tc.u.Side, got, tc.want)

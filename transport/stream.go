@@ -277,10 +277,10 @@ func updateSide(u *otelstats.Update) otelstats.Side {
 		return u.Side
 	}
 	switch u.Kind {
-	case otelstats.KindQueued, otelstats.KindPrefilling, otelstats.KindPreempted, otelstats.KindDecoding:
-		return otelstats.SideEngine
+	case otelstats.KindInputProcessed, otelstats.KindDetokenized, otelstats.KindFinished:
+		return otelstats.SideFrontend // FINISHED without a side is the frontend's
 	}
-	return otelstats.SideFrontend // INPUT_PROCESSED, DETOKENIZED, FINISHED
+	return otelstats.SideEngine // the scheduler's kinds, KV transfers, encoder runs
 }
 
 func (s *stream) hello(h Hello) {

@@ -12,10 +12,14 @@ variable. The encoder is the first 35 lines below; the rest is the toy
 engine."""
 import json, os, socket, struct, sys, time
 
-KINDS = "ARRIVED INPUT_PROCESSED QUEUED PREFILLING PREEMPTED DECODING DETOKENIZED FINISHED".split()
+KINDS = ("ARRIVED INPUT_PROCESSED QUEUED PREFILLING PREEMPTED DECODING DETOKENIZED FINISHED "
+         "REMOTE_KV_WAIT REMOTE_KV_READY ENCODING ENCODED").split()
 FIELDS = {"num_prompt_tokens": 0x01, "num_computed_tokens": 0x02, "num_cached_tokens": 0x03,
-          "num_new_tokens": 0x04, "busy_ns": 0x05, "model": 0x40, "operation": 0x41,
-          "scope": 0x42, "finish_reason": 0x43, "error_type": 0x44}
+          "num_new_tokens": 0x04, "busy_ns": 0x05, "num_output_tokens": 0x06, "num_remote_tokens": 0x07,
+          "kv_bytes": 0x08, "num_draft_tokens": 0x09, "num_accepted_tokens": 0x0A, "num_items": 0x0B,
+          "num_encoder_tokens": 0x0C, "encoder_cache_hit": 0x0D, "model": 0x40, "operation": 0x41,
+          "scope": 0x42, "finish_reason": 0x43, "error_type": 0x44, "pd_role": 0x46, "kv_source": 0x47,
+          "kv_status": 0x48, "lora_adapter": 0x49}
 SIDES = {None: 0, "frontend": 1, "engine": 2}
 
 def uvarint(n):
