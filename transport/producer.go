@@ -272,116 +272,151 @@ const (
 	maxBatchBytes   = 32 << 10
 )
 
+// writer is the state of the Producer's one writer goroutine.
+type writer struct {
+	p        *Producer
+	conn     net.Conn
+	buf      []byte
+	backoff  time.Duration
+	stopping bool // Close was called: drain what is buffered, then end
+	ping     *pingTimer
+}
+
 func (p *Producer) run() {
 	defer close(p.done)
 	defer p.cancel()
-	var conn net.Conn
+	w := &writer{p: p, backoff: p.cfg.MinBackoff, ping: newPingTimer(p.cfg.PingInterval)}
+	defer w.ping.stop()
 	defer func() {
-		if conn != nil {
-			_ = conn.Close()
+		if w.conn != nil {
+			w.drop()
 		}
-		p.connMu.Lock()
-		p.conn = nil
-		p.connMu.Unlock()
 		// What is left was never written.
 		p.n.dropped.Add(int64(len(p.ch)))
 	}()
-	drop := func() {
-		_ = conn.Close()
-		conn = nil
-		p.connMu.Lock()
-		p.conn = nil
-		p.connMu.Unlock()
-	}
-	var buf []byte
-	backoff := p.cfg.MinBackoff
-	stopping := false
-	ping := newPingTimer(p.cfg.PingInterval)
-	defer ping.stop()
 	for {
-		if conn == nil {
-			// Connect eagerly, and send the clock anchor at once: the
-			// HELLO's timing is what a collector aligning clocks measures.
-			c, err := p.dial()
-			if err == nil {
-				conn = c
-				buf = p.appendHeader(buf[:0])
-				_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
-				if _, err = conn.Write(buf); err != nil {
-					drop()
-				}
-			}
-			if err != nil {
-				if stopping || p.ctx.Err() != nil {
-					return // closing, and nobody to send to
-				}
-				p.log.Debug("collector unreachable", "addr", p.addr.String(), "err", err, "retry_in", backoff)
-				t := time.NewTimer(backoff)
-				select {
-				case <-t.C:
-				case <-p.stop:
-					stopping = true
-					t.Stop()
-				case <-p.ctx.Done():
-					t.Stop()
-				}
-				backoff = min(2*backoff, p.cfg.MaxBackoff)
-				continue
-			}
-			backoff = p.cfg.MinBackoff
-			p.n.connects.Add(1)
-			p.log.Info("connected to collector", "addr", p.addr.String())
-		}
-
-		var u otelstats.Update
-		if !stopping {
-			select {
-			case u = <-p.ch:
-			case <-p.stop:
-				stopping = true
-				continue
-			case <-p.ctx.Done():
+		if w.conn == nil {
+			if !w.connect() {
 				return
-			case <-ping.C():
-				if !p.ping(conn) {
-					drop()
-				}
-				ping.reset()
-				continue
 			}
-		} else {
-			select {
-			case u = <-p.ch:
-			default:
-				return // drained
-			}
-		}
-		if p.ctx.Err() != nil {
-			p.n.dropped.Add(1)
-			return
-		}
-		n := 1
-		buf = p.appendUpdate(buf[:0], &u)
-	batch:
-		for n < maxBatchUpdates && len(buf) < maxBatchBytes {
-			select {
-			case u = <-p.ch:
-				buf = p.appendUpdate(buf, &u)
-				n++
-			default:
-				break batch
-			}
-		}
-		_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
-		ping.reset()
-		if _, err := conn.Write(buf); err != nil {
-			p.n.lost.Add(int64(n))
-			p.log.Warn("lost the collector connection", "addr", p.addr.String(), "err", err, "lost_updates", n)
-			drop()
 			continue
 		}
-		p.n.sent.Add(int64(n))
+		u, ok := w.next()
+		if !ok {
+			return
+		}
+		if u != nil {
+			w.send(u)
+		}
 	}
+}
+
+func (w *writer) drop() {
+	_ = w.conn.Close()
+	w.conn = nil
+	w.p.connMu.Lock()
+	w.p.conn = nil
+	w.p.connMu.Unlock()
+}
+
+// connect dials and writes the stream's header and HELLO, or waits out a
+// backoff; false means the producer is done (closing, nobody to send to).
+func (w *writer) connect() bool {
+	p := w.p
+	// Connect eagerly, and send the clock anchor at once: the HELLO's
+	// timing is what a collector aligning clocks measures.
+	c, err := p.dial()
+	if err == nil {
+		w.conn = c
+		w.buf = p.appendHeader(w.buf[:0])
+		_ = c.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+		if _, err = c.Write(w.buf); err != nil {
+			w.drop()
+		}
+	}
+	if err == nil {
+		w.backoff = p.cfg.MinBackoff
+		w.ping.reset()
+		p.n.connects.Add(1)
+		p.log.Info("connected to collector", "addr", p.addr.String())
+		return true
+	}
+	if w.stopping || p.ctx.Err() != nil {
+		return false
+	}
+	p.log.Debug("collector unreachable", "addr", p.addr.String(), "err", err, "retry_in", w.backoff)
+	t := time.NewTimer(w.backoff)
+	select {
+	case <-t.C:
+	case <-p.stop:
+		w.stopping = true
+		t.Stop()
+	case <-p.ctx.Done():
+		t.Stop()
+	}
+	w.backoff = min(2*w.backoff, p.cfg.MaxBackoff)
+	return true
+}
+
+// next waits for the next update to send; a nil update with ok means there
+// is nothing to send now (a ping went out, or Close began); !ok ends the
+// writer.
+func (w *writer) next() (u *otelstats.Update, ok bool) {
+	p := w.p
+	var v otelstats.Update
+	if w.stopping {
+		select {
+		case v = <-p.ch:
+		default:
+			return nil, false // drained
+		}
+	} else {
+		select {
+		case v = <-p.ch:
+		case <-p.stop:
+			w.stopping = true
+			return nil, true
+		case <-p.ctx.Done():
+			return nil, false
+		case <-w.ping.C():
+			if !p.ping(w.conn) {
+				w.drop()
+			}
+			w.ping.reset()
+			return nil, true
+		}
+	}
+	if p.ctx.Err() != nil {
+		p.n.dropped.Add(1)
+		return nil, false
+	}
+	return &v, true
+}
+
+// send writes u and whatever else is buffered, up to a batch, in one write.
+func (w *writer) send(u *otelstats.Update) {
+	p := w.p
+	n := 1
+	w.buf = p.appendUpdate(w.buf[:0], u)
+batch:
+	for n < maxBatchUpdates && len(w.buf) < maxBatchBytes {
+		select {
+		case v := <-p.ch:
+			w.buf = p.appendUpdate(w.buf, &v)
+			n++
+		default:
+			break batch
+		}
+	}
+	_ = w.conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+	w.ping.reset()
+	if _, err := w.conn.Write(w.buf); err != nil {
+		p.n.lost.Add(int64(n))
+		p.log.Warn("lost the collector connection", "addr", p.addr.String(), "err", err, "lost_updates", n)
+		w.drop()
+		return
+	}
+	p.n.sent.Add(int64(n))
 }
 
 // ping writes a PING (an empty line in JSON); false means the connection
