@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // root is the repository's root, where the README's commands run.
@@ -40,6 +43,15 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(binDir)
+	if code == 0 {
+		// The tests' own goroutines (process waiters, producers, HTTP
+		// clients) end with them.
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
