@@ -39,6 +39,18 @@ func e2eOptions(n int) demo.Options {
 	return o
 }
 
+// allFeatures turns on every serving feature of SPEC §7–9: P/D with
+// failing transfers, speculative decoding, three adapters, images, and
+// clients that disconnect.
+func allFeatures(o *demo.Options) {
+	o.PD = true
+	o.Engine.PD.FailureRate = 0.1
+	o.SpecDecode = true
+	o.Adapters = "sql-lora=0.3,chat-lora=0.2,code-lora=0.1"
+	o.Multimodal = 0.3
+	o.Engine.AbortRate = 0.05
+}
+
 // exportedSpans records, per trace, the ids of the spans the SDK ended (and
 // so handed to the exporter).
 type exportedSpans struct {
