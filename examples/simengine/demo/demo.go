@@ -248,11 +248,17 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	rep.Serving = serving.String()
 	col.mu.Unlock()
 
+	return rep, report(ctx, &o, rep, cfg, prov)
+}
+
+// report prints the summary and waterfalls, writes the page, flushes the
+// traces and keeps /metrics served as long as asked.
+func report(ctx context.Context, o *Options, rep *Report, cfg sim.Config, prov *otelconf.Providers) error {
 	printSummary(o.Stdout, rep, cfg)
 	printWaterfalls(o.Stdout, rep)
 	if o.HTML != "" {
 		if err := writeHTML(o.HTML, rep, cfg); err != nil {
-			return rep, err
+			return err
 		}
 		fmt.Fprintf(o.Stdout, "\nHTML report: %s\n", o.HTML)
 	}
@@ -271,7 +277,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		case <-ctx.Done():
 		}
 	}
-	return rep, nil
+	return nil
 }
 
 func (o *Options) defaults() {

@@ -68,16 +68,17 @@ func (p *picker) observe(s *otelstats.RequestStats, parts []otelstats.RequestSta
 	c := &candidate{stats: *s, parts: parts, spans: spans}
 	c.stats.OutputTokenLatencies = nil // not needed, not retained
 	c.describe()
+	p.consider(c)
+}
+
+// consider keeps c where it beats the current choice.
+func (p *picker) consider(c *candidate) {
+	s := &c.stats
 	if s.FirstTokenLatency.Valid && (p.slowest == nil || s.FirstTokenLatency.Value > p.slowest.stats.FirstTokenLatency.Value) {
 		p.slowest = c
 	}
-	if c.preemptions > 0 {
-		better := p.preempted == nil ||
-			min(c.segs, 2) > min(p.preempted.segs, 2) ||
-			(min(c.segs, 2) == min(p.preempted.segs, 2) && c.preempted > p.preempted.preempted)
-		if better {
-			p.preempted = c
-		}
+	if c.preemptions > 0 && (p.preempted == nil || c.betterPreempted(p.preempted)) {
+		p.preempted = c
 	}
 	if c.kvFailed && s.ErrorType == "" && (p.kvFailed == nil || s.FirstTokenLatency.Value < p.kvFailed.stats.FirstTokenLatency.Value) {
 		p.kvFailed = c
@@ -93,6 +94,14 @@ func (p *picker) observe(s *otelstats.RequestStats, parts []otelstats.RequestSta
 			p.reservoir[j] = c
 		}
 	}
+}
+
+// betterPreempted prefers two decode segments, then the longer preemption.
+func (c *candidate) betterPreempted(o *candidate) bool {
+	if a, b := min(c.segs, 2), min(o.segs, 2); a != b {
+		return a > b
+	}
+	return c.preempted > o.preempted
 }
 
 // describe derives what the choices look at from the views and spans.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -290,8 +291,8 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("max model length %d exceeds the KV cache (%d blocks × %d tokens = %d)",
 			c.MaxModelLen, c.NumBlocks, c.BlockSize, c.NumBlocks*c.BlockSize))
 	}
-	if k := c.Cost; k.Fixed <= 0 || k.PerPrefillToken < 0 || k.PerDecodeSeq < 0 || k.PerVerifyToken < 0 ||
-		k.DraftPass < 0 || k.PerAdapter < 0 || k.EncodeRun < 0 || k.PerEncoderToken < 0 {
+	if k := c.Cost; k.Fixed <= 0 || slices.Min([]time.Duration{k.PerPrefillToken, k.PerDecodeSeq, k.PerVerifyToken,
+		k.DraftPass, k.PerAdapter, k.EncodeRun, k.PerEncoderToken}) < 0 {
 		errs = append(errs, errors.New("step cost: fixed must be positive, the others non-negative"))
 	}
 	errs = append(errs, c.validateFeatures()...)
@@ -348,7 +349,11 @@ func (c *Config) validateFeatures() []error {
 	if m.EncoderCacheImages < 0 {
 		errs = append(errs, fmt.Errorf("encoder cache size %d must not be negative", m.EncoderCacheImages))
 	}
-	p := c.PD
+	return append(errs, c.PD.validate()...)
+}
+
+func (p PD) validate() []error {
+	var errs []error
 	if !(p.LinkGbps > 0) || math.IsInf(p.LinkGbps, 0) {
 		errs = append(errs, fmt.Errorf("P/D link bandwidth %v Gb/s must be positive", p.LinkGbps))
 	}

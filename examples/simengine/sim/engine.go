@@ -439,7 +439,7 @@ func (in *instance) schedule() stepWork {
 		i++
 	}
 	if !preempted {
-		budget = in.admit(budget, encBudget, &work)
+		in.admit(budget, encBudget, &work)
 	}
 	for _, r := range in.sched {
 		if r.inPrefill {
@@ -454,8 +454,8 @@ func (in *instance) schedule() stepWork {
 }
 
 // admit takes waiting requests into the batch (the second half of
-// schedule) and returns the budget left.
-func (in *instance) admit(budget, encBudget int, work *stepWork) int {
+// schedule) within the budgets left.
+func (in *instance) admit(budget, encBudget int, work *stepWork) {
 	// Requests whose KV cache arrived go first: they were at the head of
 	// the queue when their load started (vLLM keeps them in place).
 	if len(in.ready) > 0 {
@@ -521,7 +521,6 @@ admission:
 	}
 	clear(skipped)
 	in.skipped = skipped[:0]
-	return budget
 }
 
 // take schedules n tokens of r (and draft tokens to verify) in this step.

@@ -193,17 +193,6 @@ func row(s sdktrace.ReadOnlySpan, t0 time.Time, depth int) Row {
 // size, an encoder run's images, an instance's part in P/D.
 func label(p Phase, s sdktrace.ReadOnlySpan) string {
 	a := s.Attributes()
-	intAttr := func(k attribute.Key) (int64, bool) {
-		v, ok := attr(a, k)
-		return v.AsInt64(), ok
-	}
-	paren := func(parts []string) string {
-		if len(parts) == 0 {
-			return ""
-		}
-		return " (" + strings.Join(parts, ", ") + ")"
-	}
-	var extra []string
 	switch p {
 	case PhaseRequest:
 		if v, ok := attr(a, attributes.PDRole); ok {
@@ -221,57 +210,91 @@ func label(p Phase, s sdktrace.ReadOnlySpan) string {
 	case PhasePreempted:
 		return " (preempted)"
 	case PhasePrefill, PhaseRecompute:
-		if p == PhaseRecompute {
-			extra = append(extra, "recompute")
-		}
-		if n, ok := intAttr(attributes.PrefillComputedTokens); ok {
-			tok := fmt.Sprintf("%d tok", n)
-			if c, ok := intAttr(attributes.PrefillCachedTokens); ok && c > 0 {
-				tok += fmt.Sprintf(", %d cached", c)
-			}
-			if c, ok := intAttr(attributes.PrefillRemoteTokens); ok && c > 0 {
-				tok += fmt.Sprintf(", %d remote", c)
-			}
-			extra = append(extra, tok)
-		}
-		if n, ok := intAttr(attributes.PrefillChunks); ok && n > 1 {
-			extra = append(extra, fmt.Sprintf("%d chunks", n))
-		}
+		return paren(prefillLabel(p, a))
 	case PhaseDecode:
-		seg, _ := intAttr(attributes.DecodeSegment)
-		out := fmt.Sprintf(" #%d", seg)
-		if n, ok := intAttr(attributes.DecodeOutputTokens); ok {
-			extra = append(extra, fmt.Sprintf("%d tok", n))
-		}
-		if d, ok := intAttr(attributes.SpecDraftTokens); ok && d > 0 {
-			acc, _ := intAttr(attributes.SpecAcceptedTokens)
-			extra = append(extra, fmt.Sprintf("%d/%d draft accepted", acc, d))
-		}
-		return out + paren(extra)
+		seg, _ := intAttr(a, attributes.DecodeSegment)
+		return fmt.Sprintf(" #%d", seg) + paren(decodeLabel(a))
 	case PhaseKVTransfer:
-		if s.Status().Code == codes.Error {
-			extra = append(extra, "FAILED")
-		} else if n, ok := intAttr(attributes.KVTransferTokens); ok {
-			extra = append(extra, fmt.Sprintf("%d tok", n))
-			if b, ok := intAttr(attributes.KVTransferBytes); ok && b > 0 {
-				extra = append(extra, fmt.Sprintf("%.1f MB", float64(b)/1e6))
-			}
-		}
-		if v, ok := attr(a, attributes.KVTransferSource); ok {
-			extra = append(extra, "from "+v.AsString())
-		}
+		return paren(transferLabel(s, a))
 	case PhaseEncode:
-		if n, ok := intAttr(attributes.EncodeItems); ok {
-			extra = append(extra, fmt.Sprintf("%d item(s)", n))
+		return paren(encodeLabel(a))
+	}
+	return ""
+}
+
+func intAttr(a []attribute.KeyValue, k attribute.Key) (int64, bool) {
+	v, ok := attr(a, k)
+	return v.AsInt64(), ok
+}
+
+func paren(parts []string) string {
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func prefillLabel(p Phase, a []attribute.KeyValue) []string {
+	var extra []string
+	if p == PhaseRecompute {
+		extra = append(extra, "recompute")
+	}
+	if n, ok := intAttr(a, attributes.PrefillComputedTokens); ok {
+		tok := fmt.Sprintf("%d tok", n)
+		if c, ok := intAttr(a, attributes.PrefillCachedTokens); ok && c > 0 {
+			tok += fmt.Sprintf(", %d cached", c)
 		}
-		if n, ok := intAttr(attributes.EncodeTokens); ok {
-			extra = append(extra, fmt.Sprintf("%d tok", n))
+		if c, ok := intAttr(a, attributes.PrefillRemoteTokens); ok && c > 0 {
+			tok += fmt.Sprintf(", %d remote", c)
 		}
-		if v, ok := attr(a, attributes.EncodeCacheHit); ok && v.AsBool() {
-			extra = append(extra, "cache hit")
+		extra = append(extra, tok)
+	}
+	if n, ok := intAttr(a, attributes.PrefillChunks); ok && n > 1 {
+		extra = append(extra, fmt.Sprintf("%d chunks", n))
+	}
+	return extra
+}
+
+func decodeLabel(a []attribute.KeyValue) []string {
+	var extra []string
+	if n, ok := intAttr(a, attributes.DecodeOutputTokens); ok {
+		extra = append(extra, fmt.Sprintf("%d tok", n))
+	}
+	if d, ok := intAttr(a, attributes.SpecDraftTokens); ok && d > 0 {
+		acc, _ := intAttr(a, attributes.SpecAcceptedTokens)
+		extra = append(extra, fmt.Sprintf("%d/%d draft accepted", acc, d))
+	}
+	return extra
+}
+
+func transferLabel(s sdktrace.ReadOnlySpan, a []attribute.KeyValue) []string {
+	var extra []string
+	if s.Status().Code == codes.Error {
+		extra = append(extra, "FAILED")
+	} else if n, ok := intAttr(a, attributes.KVTransferTokens); ok {
+		extra = append(extra, fmt.Sprintf("%d tok", n))
+		if b, ok := intAttr(a, attributes.KVTransferBytes); ok && b > 0 {
+			extra = append(extra, fmt.Sprintf("%.1f MB", float64(b)/1e6))
 		}
 	}
-	return paren(extra)
+	if v, ok := attr(a, attributes.KVTransferSource); ok {
+		extra = append(extra, "from "+v.AsString())
+	}
+	return extra
+}
+
+func encodeLabel(a []attribute.KeyValue) []string {
+	var extra []string
+	if n, ok := intAttr(a, attributes.EncodeItems); ok {
+		extra = append(extra, fmt.Sprintf("%d item(s)", n))
+	}
+	if n, ok := intAttr(a, attributes.EncodeTokens); ok {
+		extra = append(extra, fmt.Sprintf("%d tok", n))
+	}
+	if v, ok := attr(a, attributes.EncodeCacheHit); ok && v.AsBool() {
+		extra = append(extra, "cache hit")
+	}
+	return extra
 }
 
 // Glyph is the bar character of a phase on the terminal.
