@@ -137,20 +137,14 @@ func newSampler(p *SamplingPolicy) *sampler {
 
 // decide returns whether to keep the trace and why.
 func (s *sampler) decide(st *RequestStats, traceID [16]byte, parentSampled, parentTrusted bool) (bool, string) {
-	if s == nil {
-		if parentTrusted {
-			if parentSampled {
-				return true, SampledParent
-			}
-			return false, NotSampled
-		}
-		return true, SampledAll
-	}
 	if parentTrusted {
 		if parentSampled {
 			return true, SampledParent
 		}
 		return false, NotSampled
+	}
+	if s == nil {
+		return true, SampledAll
 	}
 	if s.p.KeepErrors && isFailure(st.FinishReason) {
 		return true, SampledError
@@ -158,42 +152,52 @@ func (s *sampler) decide(st *RequestStats, traceID [16]byte, parentSampled, pare
 	if s.p.KeepPreempted && st.NumPreemptions > 0 {
 		return true, SampledPreempted
 	}
-	vals := [3]Latency{st.FirstTokenLatency, st.TimePerOutputToken, st.E2ELatency}
-	abs := [3]time.Duration{s.p.TTFTAbove, s.p.TPOTAbove, s.p.E2EAbove}
-	names := [3]string{SampledSlowTTFT, SampledSlowTPOT, SampledSlowE2E}
-	var pct [3]int64
-	if s.p.Percentile > 0 {
-		s.mu.Lock()
-		pct = s.threshold
-		for i, v := range vals {
-			if v.Valid {
-				s.rings[i].add(int64(v.Value))
-			}
-		}
-		s.sinceCalc++
-		if s.sinceCalc >= 100 {
-			s.sinceCalc = 0
-			for i := range s.rings {
-				s.threshold[i] = percentileOf(&s.rings[i], s.p.Percentile)
-			}
-		}
-		s.mu.Unlock()
-	}
-	for i, v := range vals {
-		if !v.Valid {
-			continue
-		}
-		if abs[i] > 0 && v.Value > abs[i] {
-			return true, names[i]
-		}
-		if pct[i] > 0 && int64(v.Value) > pct[i] {
-			return true, names[i]
-		}
+	if why := s.slow(st); why != "" {
+		return true, why
 	}
 	if s.p.Ratio > 0 && ratioKeep(traceID, s.p.Ratio) {
 		return true, SampledRatio
 	}
 	return false, NotSampled
+}
+
+// slow names the first latency above its absolute threshold or its running
+// percentile, or returns "". It feeds the percentiles' rings.
+func (s *sampler) slow(st *RequestStats) string {
+	vals := [3]Latency{st.FirstTokenLatency, st.TimePerOutputToken, st.E2ELatency}
+	abs := [3]time.Duration{s.p.TTFTAbove, s.p.TPOTAbove, s.p.E2EAbove}
+	names := [3]string{SampledSlowTTFT, SampledSlowTPOT, SampledSlowE2E}
+	var pct [3]int64
+	if s.p.Percentile > 0 {
+		pct = s.observe(vals)
+	}
+	for i, v := range vals {
+		if v.Valid && (abs[i] > 0 && v.Value > abs[i] || pct[i] > 0 && int64(v.Value) > pct[i]) {
+			return names[i]
+		}
+	}
+	return ""
+}
+
+// observe adds vals to the rings and returns the thresholds as they were
+// before, recomputed every 100 requests.
+func (s *sampler) observe(vals [3]Latency) [3]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pct := s.threshold
+	for i, v := range vals {
+		if v.Valid {
+			s.rings[i].add(int64(v.Value))
+		}
+	}
+	s.sinceCalc++
+	if s.sinceCalc >= 100 {
+		s.sinceCalc = 0
+		for i := range s.rings {
+			s.threshold[i] = percentileOf(&s.rings[i], s.p.Percentile)
+		}
+	}
+	return pct
 }
 
 // ratioKeep decides by the trace id's low 63 bits, like TraceIDRatioBased.

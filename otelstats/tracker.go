@@ -324,7 +324,48 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 		sh.mu.Unlock()
 		return nil, t.rejected(reject(u, SideFrontend, ReasonClosed, "the tracker is shut down"))
 	}
-	var ended *reqState
+	ended, rerr := sh.reuse(u)
+	if rerr != nil {
+		sh.mu.Unlock()
+		return nil, t.rejected(rerr)
+	}
+	var evicted *reqState
+	if t.inflight.Load() >= int64(t.cfg.maxInFlight) {
+		if evicted = sh.oldest(); evicted != nil {
+			sh.unlink(evicted)
+		}
+	}
+	r := t.newRequest(u, ns, parent, sh)
+	r.next = sh.reqs[u.RequestID]
+	sh.reqs[u.RequestID] = r
+	t.inflight.Add(1)
+	complete, errs := t.applyHeld(sh, r)
+	if complete {
+		sh.unlink(r)
+	}
+	sh.mu.Unlock()
+	if ended != nil {
+		t.finalize(ended, "")
+	}
+	if evicted != nil {
+		t.inst.evicted.Add(context.Background(), 1)
+		t.finalize(evicted, FinishEvicted)
+	}
+	for _, e := range errs {
+		t.deferredReject(e)
+	}
+	if complete {
+		t.finalize(r, "")
+	}
+	return r, nil
+}
+
+// reuse finds the in-flight request with u's id, scope and model: a second
+// ARRIVED for it is a duplicate, unless it has finished on one side and
+// waits for the other's FINISHED — then the id's reuse by a new request ends
+// that wait, and reuse returns it, unlinked, to be finalized. Called with
+// sh.mu held.
+func (sh *shard) reuse(u *Update) (ended *reqState, rerr *RejectError) {
 	for c := sh.reqs[u.RequestID]; c != nil; c = c.next {
 		if c.scope != u.Scope || c.model != u.Model {
 			continue
@@ -334,45 +375,41 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 		case c.done.Load():
 			// Ending right now through its handle: no longer in flight.
 		case c.waitUntil == 0:
-			c.mu.Unlock()
-			sh.mu.Unlock()
-			return nil, t.rejected(reject(u, SideFrontend, ReasonDuplicateArrival, "a request with this id, scope and model is in flight"))
+			rerr = reject(u, SideFrontend, ReasonDuplicateArrival, "a request with this id, scope and model is in flight")
 		default:
-			// The earlier request finished on one side and was waiting
-			// for the other's FINISHED: an id reused by a new request
-			// ends that wait now.
 			c.done.Store(true)
 			ended = c
 		}
 		c.mu.Unlock()
+		if rerr != nil {
+			return nil, rerr
+		}
 		if ended != nil {
 			sh.unlink(ended)
-			break
+			return ended, nil
 		}
 	}
-	var evicted *reqState
-	if t.inflight.Load() >= int64(t.cfg.maxInFlight) {
-		if evicted = sh.oldest(); evicted != nil {
-			sh.unlink(evicted)
-		}
-	}
+	return nil, nil
+}
+
+// newRequest is the state of a request that ARRIVED (u) at ns.
+func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, sh *shard) *reqState {
 	op := u.Operation
 	if op == "" {
 		op = "chat"
 	}
 	// An ARRIVED alone does not make the frontend present: an engine that
 	// records its requests' arrivals itself is no frontend (see clock.go).
-	now := t.now(ns)
 	r := &reqState{
 		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op, pdRole: u.PDRole, adapter: u.LoRAAdapter,
-		arrived: ns, lastSeen: ns, touched: now, prompt: -1, cached: -1,
-		fe: sideState{last: KindArrived, time: ns},
-		sh: sh,
+		arrived: ns, lastSeen: ns, touched: t.now(ns), prompt: -1, cached: -1,
+		fe:      sideState{last: KindArrived, time: ns},
+		sh:      sh,
+		detail:  u.detail,
+		trusted: u.trustParent || t.cfg.trustParent,
 	}
 	r.h = Request{t: t, r: r}
 	r.runs = r.runsBuf[:0]
-	r.detail = u.detail
-	r.trusted = u.trustParent || t.cfg.trustParent
 	if r.detail == DetailInherit {
 		r.detail = t.cfg.detail
 	}
@@ -386,57 +423,42 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 		r.traceID = spans.NewTraceID()
 	}
 	r.spanID = spans.NewSpanID()
-	r.next = sh.reqs[u.RequestID]
-	sh.reqs[u.RequestID] = r
-	t.inflight.Add(1)
+	return r
+}
 
-	// Updates that came before this ARRIVED, in the order they came.
-	var errs []error
-	complete := false
+// applyHeld applies the updates that came before r's ARRIVED, in the order
+// they came, and reports whether they completed r (then marked done) and
+// which they broke. Called with sh.mu held.
+func (t *Tracker) applyHeld(sh *shard, r *reqState) (complete bool, errs []*RejectError) {
+	hs, ok := sh.held[r.id]
+	if !ok {
+		return false, nil
+	}
 	r.mu.Lock()
-	if hs, ok := sh.held[u.RequestID]; ok {
-		keep := hs[:0]
-		for i := range hs {
-			h := &hs[i]
-			if complete || !r.matches(h.Scope, h.Model) {
-				keep = append(keep, *h)
-				continue
-			}
-			t.held.Add(-1)
-			c, rerr := t.apply(r, &h.Update, h.Side, t.ns(h.Time))
-			if rerr != nil {
-				errs = append(errs, rerr)
-			}
-			complete = complete || c
+	defer r.mu.Unlock()
+	keep := hs[:0]
+	for i := range hs {
+		h := &hs[i]
+		if complete || !r.matches(h.Scope, h.Model) {
+			keep = append(keep, *h)
+			continue
 		}
-		if len(keep) == 0 {
-			delete(sh.held, u.RequestID)
-		} else {
-			sh.held[u.RequestID] = keep
+		t.held.Add(-1)
+		c, rerr := t.apply(r, &h.Update, h.Side, t.ns(h.Time))
+		if rerr != nil {
+			errs = append(errs, rerr)
 		}
+		complete = complete || c
+	}
+	if len(keep) == 0 {
+		delete(sh.held, r.id)
+	} else {
+		sh.held[r.id] = keep
 	}
 	if complete {
 		r.done.Store(true)
 	}
-	r.mu.Unlock()
-	if complete {
-		sh.unlink(r)
-	}
-	sh.mu.Unlock()
-	if ended != nil {
-		t.finalize(ended, "")
-	}
-	if evicted != nil {
-		t.inst.evicted.Add(context.Background(), 1)
-		t.finalize(evicted, FinishEvicted)
-	}
-	for _, e := range errs {
-		t.deferredReject(e.(*RejectError))
-	}
-	if complete {
-		t.finalize(r, "")
-	}
-	return r, nil
+	return complete, errs
 }
 
 type lookupResult uint8
@@ -580,51 +602,16 @@ type ended struct {
 func (t *Tracker) sweep(now int64, all bool) {
 	var done []ended
 	var rejects []*RejectError
-	ttl := int64(t.cfg.requestTTL)
-	hold := int64(t.cfg.holdWindow)
 	for i := range t.shards {
 		sh := &t.shards[i]
-		start := len(done)
 		sh.mu.Lock()
-		if len(sh.reqs) == 0 && len(sh.held) == 0 {
-			sh.mu.Unlock()
-			continue
-		}
-		for _, head := range sh.reqs {
-			for c := head; c != nil; c = c.next {
-				c.mu.Lock()
-				if !c.done.Load() {
-					switch {
-					case c.waitUntil != 0 && (all || now >= c.waitUntil):
-						c.done.Store(true)
-						done = append(done, ended{c, ""})
-					case ttl > 0 && now-c.touched >= ttl && c.feFinish == 0 && c.enFinish == 0:
-						c.done.Store(true)
-						done = append(done, ended{c, FinishAbandoned})
-					}
-				}
-				c.mu.Unlock()
+		if len(sh.reqs) > 0 || len(sh.held) > 0 {
+			start := len(done)
+			done = t.expireRequests(sh, now, all, done)
+			for _, e := range done[start:] {
+				sh.unlink(e.r)
 			}
-		}
-		for _, e := range done[start:] {
-			sh.unlink(e.r)
-		}
-		for id, hs := range sh.held {
-			keep := hs[:0]
-			for j := range hs {
-				h := &hs[j]
-				if all || now-h.at >= hold {
-					rejects = append(rejects, reject(&h.Update, h.Side, ReasonUnknownRequest, "no ARRIVED within the hold window"))
-					t.held.Add(-1)
-				} else {
-					keep = append(keep, *h)
-				}
-			}
-			if len(keep) == 0 {
-				delete(sh.held, id)
-			} else {
-				sh.held[id] = keep
-			}
+			rejects = t.expireHeld(sh, now, all, rejects)
 		}
 		sh.mu.Unlock()
 	}
@@ -634,6 +621,54 @@ func (t *Tracker) sweep(now int64, all bool) {
 	for _, e := range rejects {
 		t.deferredReject(e)
 	}
+}
+
+// expireRequests ends sh's requests whose wait for the other side is over
+// (all: every wait), and those idle for the TTL (as abandoned), appending
+// them to done. Called with sh.mu held.
+func (t *Tracker) expireRequests(sh *shard, now int64, all bool, done []ended) []ended {
+	ttl := int64(t.cfg.requestTTL)
+	for _, head := range sh.reqs {
+		for c := head; c != nil; c = c.next {
+			c.mu.Lock()
+			if !c.done.Load() {
+				switch {
+				case c.waitUntil != 0 && (all || now >= c.waitUntil):
+					c.done.Store(true)
+					done = append(done, ended{c, ""})
+				case ttl > 0 && now-c.touched >= ttl && c.feFinish == 0 && c.enFinish == 0:
+					c.done.Store(true)
+					done = append(done, ended{c, FinishAbandoned})
+				}
+			}
+			c.mu.Unlock()
+		}
+	}
+	return done
+}
+
+// expireHeld rejects sh's held updates whose ARRIVED did not come within the
+// hold window (all: every one). Called with sh.mu held.
+func (t *Tracker) expireHeld(sh *shard, now int64, all bool, rejects []*RejectError) []*RejectError {
+	hold := int64(t.cfg.holdWindow)
+	for id, hs := range sh.held {
+		keep := hs[:0]
+		for j := range hs {
+			h := &hs[j]
+			if all || now-h.at >= hold {
+				rejects = append(rejects, reject(&h.Update, h.Side, ReasonUnknownRequest, "no ARRIVED within the hold window"))
+				t.held.Add(-1)
+			} else {
+				keep = append(keep, *h)
+			}
+		}
+		if len(keep) == 0 {
+			delete(sh.held, id)
+		} else {
+			sh.held[id] = keep
+		}
+	}
+	return rejects
 }
 
 // Flush ends what a replayed log's end ends: every request waiting for its

@@ -25,15 +25,21 @@ import (
 //	{"request_id":"r1","type":"FINISHED","ts":1700000000.301,"finish_reason":"stop"}
 //
 // Fields: request_id (string, required); type (the kind's name, any case, or
-// vLLM's integer 0–7); ts (Unix seconds, required); side ("frontend" or
-// "engine"; default from the kind, frontend for FINISHED); model, operation,
-// scope; num_prompt_tokens (required on INPUT_PROCESSED); num_computed_tokens
-// and num_cached_tokens (required on PREFILLING); num_new_tokens (required on
-// DETOKENIZED, default 1 on DECODING); busy_time_s; finish_reason (required on
-// FINISHED); error_type; sampling params either nested in
+// vLLM's integer 0–7 for the first eight); ts (Unix seconds, required); side
+// ("frontend" or "engine"; default from the kind, frontend for FINISHED);
+// model, operation, scope; num_prompt_tokens (required on INPUT_PROCESSED;
+// optional on FINISHED); num_computed_tokens and num_cached_tokens (required
+// on PREFILLING); num_new_tokens (required on DETOKENIZED, default 1 on
+// DECODING); busy_time_s; finish_reason (required on FINISHED); error_type;
+// num_output_tokens (optional on the frontend's FINISHED: an output
+// delivered in one piece); sampling params either nested in
 // "sampling_params" or at the top level (temperature, top_p, top_k,
-// max_tokens, seed, n, frequency_penalty, presence_penalty, stop). Unknown
-// fields are ignored.
+// max_tokens, seed, n, frequency_penalty, presence_penalty, stop). SPEC
+// §7–9 add pd_role and lora_adapter (ARRIVED); kv_source (required) and
+// num_remote_tokens (REMOTE_KV_WAIT); num_remote_tokens (required), kv_bytes
+// and kv_status (REMOTE_KV_READY); num_draft_tokens and num_accepted_tokens
+// (DECODING, both or neither); num_items (required) and num_encoder_tokens
+// (ENCODING); encoder_cache_hit (ENCODED). Unknown fields are ignored.
 type logLine struct {
 	RequestID         json.RawMessage           `json:"request_id"`
 	Type              json.RawMessage           `json:"type"`
@@ -46,10 +52,23 @@ type logLine struct {
 	NumComputedTokens *json.Number              `json:"num_computed_tokens"`
 	NumCachedTokens   *json.Number              `json:"num_cached_tokens"`
 	NumNewTokens      *json.Number              `json:"num_new_tokens"`
+	NumOutputTokens   *json.Number              `json:"num_output_tokens"`
 	BusyTimeS         *float64                  `json:"busy_time_s"`
 	FinishReason      *string                   `json:"finish_reason"`
 	ErrorType         *string                   `json:"error_type"`
 	SamplingParams    *otelstats.SamplingParams `json:"sampling_params"`
+	// SPEC §7–9.
+	PDRole            *string      `json:"pd_role"`
+	KVSource          *string      `json:"kv_source"`
+	NumRemoteTokens   *json.Number `json:"num_remote_tokens"`
+	KVBytes           *json.Number `json:"kv_bytes"`
+	KVStatus          *string      `json:"kv_status"`
+	NumDraftTokens    *json.Number `json:"num_draft_tokens"`
+	NumAcceptedTokens *json.Number `json:"num_accepted_tokens"`
+	LoRAAdapter       *string      `json:"lora_adapter"`
+	NumItems          *json.Number `json:"num_items"`
+	NumEncoderTokens  *json.Number `json:"num_encoder_tokens"`
+	EncoderCacheHit   *bool        `json:"encoder_cache_hit"`
 	topLevelSampling
 }
 
@@ -57,8 +76,8 @@ type logLine struct {
 type topLevelSampling = otelstats.SamplingParams
 
 // ParseUpdate parses one line of the update log. A line that is not a valid
-// update returns a *otelstats.RejectError (reason malformed, missing_payload, …) with
-// whatever of request id and kind could be read.
+// update returns a *otelstats.RejectError (reason malformed,
+// missing_payload, …) with whatever of request id and kind could be read.
 func ParseUpdate(line []byte) (otelstats.Update, error) {
 	var u otelstats.Update
 	var l logLine
@@ -70,99 +89,12 @@ func ParseUpdate(line []byte) (otelstats.Update, error) {
 	if d.More() {
 		return u, &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "more than one JSON value on the line"}
 	}
-	if len(l.RequestID) == 0 || string(l.RequestID) == "null" {
-		return u, &otelstats.RejectError{Reason: otelstats.ReasonMissingRequestID}
-	}
-	if err := json.Unmarshal(l.RequestID, &u.RequestID); err != nil {
-		return u, &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "request_id must be a string"}
-	}
-	if u.RequestID == "" {
-		return u, &otelstats.RejectError{Reason: otelstats.ReasonMissingRequestID}
-	}
-	if len(u.RequestID) > otelstats.MaxIDLength {
-		return u, reject(&u, otelstats.SideAuto, otelstats.ReasonTooLong, "request id longer than "+strconv.Itoa(otelstats.MaxIDLength)+" bytes")
-	}
-	k, err := parseKind(l.Type)
-	if err != nil {
-		return u, reject(&u, otelstats.SideAuto, otelstats.ReasonUnknownKind, err.Error())
-	}
-	u.Kind = k
-	bad := func(r otelstats.Reason, detail string) (otelstats.Update, error) {
-		return u, reject(&u, u.Side, r, detail)
-	}
-	if l.Side != nil {
-		s, ok := otelstats.ParseSide(*l.Side)
-		if !ok {
-			return bad(otelstats.ReasonWrongSide, "side must be frontend or engine")
+	for _, step := range [...]func(*logLine, *otelstats.Update) *otelstats.RejectError{
+		parseIdentity, parseTime, parseStrings, parseCounts, parsePayloadRules,
+	} {
+		if rerr := step(&l, &u); rerr != nil {
+			return u, rerr
 		}
-		u.Side = s
-	}
-	if l.TS == nil {
-		return bad(otelstats.ReasonBadTimestamp, "ts is required")
-	}
-	tsv, ok := parseTS(l.TS.String())
-	if !ok {
-		return bad(otelstats.ReasonBadTimestamp, "ts must be Unix seconds between 1970 and 2200")
-	}
-	u.Time = tsv
-	str := func(dst *string, p *string) {
-		if p != nil {
-			*dst = *p
-		}
-	}
-	str(&u.Model, l.Model)
-	str(&u.Operation, l.Operation)
-	str(&u.Scope, l.Scope)
-	str(&u.FinishReason, l.FinishReason)
-	str(&u.ErrorType, l.ErrorType)
-	ints := []struct {
-		dst  *int
-		src  *json.Number
-		name string
-		need otelstats.Kind
-	}{
-		{&u.NumPromptTokens, l.NumPromptTokens, "num_prompt_tokens", otelstats.KindInputProcessed},
-		{&u.NumComputedTokens, l.NumComputedTokens, "num_computed_tokens", otelstats.KindPrefilling},
-		{&u.NumCachedTokens, l.NumCachedTokens, "num_cached_tokens", otelstats.KindPrefilling},
-		{&u.NumNewTokens, l.NumNewTokens, "num_new_tokens", otelstats.KindDetokenized},
-	}
-	for _, f := range ints {
-		if f.src == nil {
-			if f.need == k {
-				return bad(otelstats.ReasonMissingPayload, f.name+" is required on "+k.String())
-			}
-			continue
-		}
-		n, err := strconv.ParseInt(f.src.String(), 10, 64)
-		if err != nil {
-			if _, ferr := strconv.ParseFloat(f.src.String(), 64); ferr == nil {
-				return bad(otelstats.ReasonMalformed, f.name+" must be an integer")
-			}
-			return bad(otelstats.ReasonAbsurdCount, f.name+" is out of range")
-		}
-		if n < 0 {
-			return bad(otelstats.ReasonNegativeCount, f.name+" is "+strconv.FormatInt(n, 10))
-		}
-		if n > otelstats.MaxTokenCount {
-			return bad(otelstats.ReasonAbsurdCount, f.name+" is "+strconv.FormatInt(n, 10))
-		}
-		*f.dst = int(n)
-	}
-	if k == otelstats.KindDecoding && l.NumNewTokens != nil && u.NumNewTokens == 0 {
-		return bad(otelstats.ReasonMissingPayload, "DECODING with num_new_tokens 0")
-	}
-	if k == otelstats.KindFinished && u.FinishReason == "" {
-		return bad(otelstats.ReasonMissingPayload, "finish_reason is required on FINISHED")
-	}
-	if k == otelstats.KindArrived && u.Model == "" {
-		return bad(otelstats.ReasonMissingPayload, "model is required on ARRIVED")
-	}
-	if l.BusyTimeS != nil {
-		b := *l.BusyTimeS
-		if b < 0 || b > 1e6 {
-			return bad(otelstats.ReasonNegativeCount, "busy_time_s out of range")
-		}
-		u.Busy = time.Duration(b * 1e9)
 	}
 	sp := l.SamplingParams
 	if sp == nil && !l.topLevelSampling.IsZero() {
@@ -173,6 +105,153 @@ func ParseUpdate(line []byte) (otelstats.Update, error) {
 		u.Sampling = &c
 	}
 	return u, nil
+}
+
+// parseIdentity reads the request id, the kind and the side.
+func parseIdentity(l *logLine, u *otelstats.Update) *otelstats.RejectError {
+	if len(l.RequestID) == 0 || string(l.RequestID) == "null" {
+		return &otelstats.RejectError{Reason: otelstats.ReasonMissingRequestID}
+	}
+	if err := json.Unmarshal(l.RequestID, &u.RequestID); err != nil {
+		return &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "request_id must be a string"}
+	}
+	if u.RequestID == "" {
+		return &otelstats.RejectError{Reason: otelstats.ReasonMissingRequestID}
+	}
+	if len(u.RequestID) > otelstats.MaxIDLength {
+		return reject(u, otelstats.SideAuto, otelstats.ReasonTooLong, "request id longer than "+strconv.Itoa(otelstats.MaxIDLength)+" bytes")
+	}
+	k, err := parseKind(l.Type)
+	if err != nil {
+		return reject(u, otelstats.SideAuto, otelstats.ReasonUnknownKind, err.Error())
+	}
+	u.Kind = k
+	if l.Side != nil {
+		s, ok := otelstats.ParseSide(*l.Side)
+		if !ok {
+			return reject(u, u.Side, otelstats.ReasonWrongSide, "side must be frontend or engine")
+		}
+		u.Side = s
+	}
+	return nil
+}
+
+func parseTime(l *logLine, u *otelstats.Update) *otelstats.RejectError {
+	if l.TS == nil {
+		return reject(u, u.Side, otelstats.ReasonBadTimestamp, "ts is required")
+	}
+	tsv, ok := parseTS(l.TS.String())
+	if !ok {
+		return reject(u, u.Side, otelstats.ReasonBadTimestamp, "ts must be Unix seconds between 1970 and 2200")
+	}
+	u.Time = tsv
+	return nil
+}
+
+func parseStrings(l *logLine, u *otelstats.Update) *otelstats.RejectError {
+	for _, f := range [...]struct {
+		dst *string
+		src *string
+	}{
+		{&u.Model, l.Model}, {&u.Operation, l.Operation}, {&u.Scope, l.Scope},
+		{&u.FinishReason, l.FinishReason}, {&u.ErrorType, l.ErrorType},
+		{&u.PDRole, l.PDRole}, {&u.KVSource, l.KVSource}, {&u.KVStatus, l.KVStatus}, {&u.LoRAAdapter, l.LoRAAdapter},
+	} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	if l.EncoderCacheHit != nil {
+		u.EncoderCacheHit = *l.EncoderCacheHit
+	}
+	return nil
+}
+
+// parseCounts reads the counts: integers from 0 to 2^30, the ones the kind
+// requires present.
+func parseCounts(l *logLine, u *otelstats.Update) *otelstats.RejectError {
+	k := u.Kind
+	for _, f := range [...]struct {
+		dst  *int
+		src  *json.Number
+		name string
+		need otelstats.Kind
+	}{
+		{&u.NumPromptTokens, l.NumPromptTokens, "num_prompt_tokens", otelstats.KindInputProcessed},
+		{&u.NumComputedTokens, l.NumComputedTokens, "num_computed_tokens", otelstats.KindPrefilling},
+		{&u.NumCachedTokens, l.NumCachedTokens, "num_cached_tokens", otelstats.KindPrefilling},
+		{&u.NumNewTokens, l.NumNewTokens, "num_new_tokens", otelstats.KindDetokenized},
+		{&u.NumOutputTokens, l.NumOutputTokens, "num_output_tokens", 0},
+		{&u.NumRemoteTokens, l.NumRemoteTokens, "num_remote_tokens", otelstats.KindRemoteKVReady},
+		{&u.NumDraftTokens, l.NumDraftTokens, "num_draft_tokens", 0},
+		{&u.NumAcceptedTokens, l.NumAcceptedTokens, "num_accepted_tokens", 0},
+		{&u.NumItems, l.NumItems, "num_items", otelstats.KindEncoding},
+		{&u.NumEncoderTokens, l.NumEncoderTokens, "num_encoder_tokens", 0},
+	} {
+		if f.src == nil {
+			if f.need == k {
+				return reject(u, u.Side, otelstats.ReasonMissingPayload, f.name+" is required on "+k.String())
+			}
+			continue
+		}
+		n, rerr := parseCount(u, f.src, f.name, otelstats.MaxTokenCount)
+		if rerr != nil {
+			return rerr
+		}
+		*f.dst = int(n)
+	}
+	if l.KVBytes != nil {
+		n, rerr := parseCount(u, l.KVBytes, "kv_bytes", 1<<50)
+		if rerr != nil {
+			return rerr
+		}
+		u.KVBytes = n
+	}
+	return nil
+}
+
+// parseCount reads one count of at most limit.
+func parseCount(u *otelstats.Update, src *json.Number, name string, limit int64) (int64, *otelstats.RejectError) {
+	n, err := strconv.ParseInt(src.String(), 10, 64)
+	if err != nil {
+		if _, ferr := strconv.ParseFloat(src.String(), 64); ferr == nil {
+			return 0, reject(u, u.Side, otelstats.ReasonMalformed, name+" must be an integer")
+		}
+		return 0, reject(u, u.Side, otelstats.ReasonAbsurdCount, name+" is out of range")
+	}
+	if n < 0 {
+		return 0, reject(u, u.Side, otelstats.ReasonNegativeCount, name+" is "+strconv.FormatInt(n, 10))
+	}
+	if n > limit {
+		return 0, reject(u, u.Side, otelstats.ReasonAbsurdCount, name+" is "+strconv.FormatInt(n, 10))
+	}
+	return n, nil
+}
+
+// parsePayloadRules checks what the line format itself requires; the
+// tracker checks the rest.
+func parsePayloadRules(l *logLine, u *otelstats.Update) *otelstats.RejectError {
+	k := u.Kind
+	switch {
+	case k == otelstats.KindDecoding && l.NumNewTokens != nil && u.NumNewTokens == 0:
+		return reject(u, u.Side, otelstats.ReasonMissingPayload, "DECODING with num_new_tokens 0")
+	case (l.NumDraftTokens == nil) != (l.NumAcceptedTokens == nil):
+		return reject(u, u.Side, otelstats.ReasonDraftWithoutAccepted, "num_draft_tokens and num_accepted_tokens go together")
+	case k == otelstats.KindFinished && u.FinishReason == "":
+		return reject(u, u.Side, otelstats.ReasonMissingPayload, "finish_reason is required on FINISHED")
+	case k == otelstats.KindArrived && u.Model == "":
+		return reject(u, u.Side, otelstats.ReasonMissingPayload, "model is required on ARRIVED")
+	case k == otelstats.KindRemoteKVWait && u.KVSource == "":
+		return reject(u, u.Side, otelstats.ReasonMissingPayload, "kv_source is required on REMOTE_KV_WAIT")
+	}
+	if l.BusyTimeS != nil {
+		b := *l.BusyTimeS
+		if b < 0 || b > 1e6 {
+			return reject(u, u.Side, otelstats.ReasonNegativeCount, "busy_time_s out of range")
+		}
+		u.Busy = time.Duration(b * 1e9)
+	}
+	return nil
 }
 
 // parseTS reads Unix seconds exactly from the JSON number's text, so
@@ -245,53 +324,73 @@ func RecordLine(t *otelstats.Tracker, line []byte) error {
 // AppendUpdateJSON appends u as one update-log line (with a trailing
 // newline) to dst; ParseUpdate reads it back.
 func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
-	dst = append(dst, `{"request_id":`...)
-	dst = strconv.AppendQuote(dst, u.RequestID)
-	dst = append(dst, `,"type":"`...)
-	dst = append(dst, u.Kind.String()...)
-	dst = append(dst, `","ts":`...)
-	dst = unixsec.Append(dst, u.Time)
+	w := jsonWriter(dst)
+	w = append(w, `{"request_id":`...)
+	w = strconv.AppendQuote(w, u.RequestID)
+	w = append(w, `,"type":"`...)
+	w = append(w, u.Kind.String()...)
+	w = append(w, `","ts":`...)
+	w = unixsec.Append(w, u.Time)
 	if u.Side != otelstats.SideAuto {
-		dst = append(dst, `,"side":"`...)
-		dst = append(dst, u.Side.String()...)
-		dst = append(dst, '"')
+		w.str("side", u.Side.String())
 	}
-	q := func(k, v string) {
-		if v != "" {
-			dst = append(dst, ',', '"')
-			dst = append(dst, k...)
-			dst = append(dst, '"', ':')
-			dst = strconv.AppendQuote(dst, v)
-		}
+	for _, f := range [...]struct{ k, v string }{
+		{"model", u.Model}, {"operation", u.Operation}, {"scope", u.Scope},
+		{"pd_role", u.PDRole}, {"lora_adapter", u.LoRAAdapter}, {"kv_source", u.KVSource}, {"kv_status", u.KVStatus},
+	} {
+		w.str(f.k, f.v)
 	}
-	q("model", u.Model)
-	q("operation", u.Operation)
-	q("scope", u.Scope)
-	n := func(k string, v int, on bool) {
-		if on {
-			dst = append(dst, ',', '"')
-			dst = append(dst, k...)
-			dst = append(dst, '"', ':')
-			dst = strconv.AppendInt(dst, int64(v), 10)
-		}
+	k := u.Kind
+	w.num("num_prompt_tokens", u.NumPromptTokens, k == otelstats.KindInputProcessed || u.NumPromptTokens > 0)
+	w.num("num_computed_tokens", u.NumComputedTokens, k == otelstats.KindPrefilling)
+	w.num("num_cached_tokens", u.NumCachedTokens, k == otelstats.KindPrefilling)
+	w.num("num_new_tokens", max(u.NumNewTokens, 1), k == otelstats.KindDecoding)
+	w.num("num_new_tokens", u.NumNewTokens, k == otelstats.KindDetokenized)
+	w.num("num_output_tokens", u.NumOutputTokens, u.NumOutputTokens > 0)
+	w.num("num_remote_tokens", u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || u.NumRemoteTokens > 0)
+	w.num("kv_bytes", int(u.KVBytes), u.KVBytes > 0)
+	w.num("num_draft_tokens", u.NumDraftTokens, u.NumDraftTokens > 0)
+	w.num("num_accepted_tokens", u.NumAcceptedTokens, u.NumDraftTokens > 0)
+	w.num("num_items", u.NumItems, k == otelstats.KindEncoding || u.NumItems > 0)
+	w.num("num_encoder_tokens", u.NumEncoderTokens, u.NumEncoderTokens > 0)
+	if u.EncoderCacheHit {
+		w = append(w, `,"encoder_cache_hit":true`...)
 	}
-	n("num_prompt_tokens", u.NumPromptTokens, u.Kind == otelstats.KindInputProcessed || u.NumPromptTokens > 0)
-	n("num_computed_tokens", u.NumComputedTokens, u.Kind == otelstats.KindPrefilling)
-	n("num_cached_tokens", u.NumCachedTokens, u.Kind == otelstats.KindPrefilling)
-	n("num_new_tokens", max(u.NumNewTokens, 1), u.Kind == otelstats.KindDecoding)
-	n("num_new_tokens", u.NumNewTokens, u.Kind == otelstats.KindDetokenized)
 	if u.Busy > 0 {
-		dst = append(dst, `,"busy_time_s":`...)
-		dst = strconv.AppendFloat(dst, u.Busy.Seconds(), 'g', -1, 64)
+		w = append(w, `,"busy_time_s":`...)
+		w = strconv.AppendFloat(w, u.Busy.Seconds(), 'g', -1, 64)
 	}
-	q("finish_reason", u.FinishReason)
-	q("error_type", u.ErrorType)
+	w.str("finish_reason", u.FinishReason)
+	w.str("error_type", u.ErrorType)
 	if !u.Sampling.IsZero() {
 		b, _ := json.Marshal(u.Sampling)
-		dst = append(dst, `,"sampling_params":`...)
-		dst = append(dst, b...)
+		w = append(w, `,"sampling_params":`...)
+		w = append(w, b...)
 	}
-	return append(dst, '}', '\n')
+	return append(w, '}', '\n')
+}
+
+// jsonWriter appends an update-log line's fields.
+type jsonWriter []byte
+
+func (w *jsonWriter) key(k string) {
+	*w = append(*w, ',', '"')
+	*w = append(*w, k...)
+	*w = append(*w, '"', ':')
+}
+
+func (w *jsonWriter) str(k, v string) {
+	if v != "" {
+		w.key(k)
+		*w = strconv.AppendQuote(*w, v)
+	}
+}
+
+func (w *jsonWriter) num(k string, v int, on bool) {
+	if on {
+		w.key(k)
+		*w = strconv.AppendInt(*w, int64(v), 10)
+	}
 }
 
 // reject is a rejection of u found while decoding, before any tracker saw

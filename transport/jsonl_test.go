@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 	"time"
@@ -25,6 +26,15 @@ type badLine struct {
 
 func badLines() []badLine {
 	return []badLine{
+		// SPEC §7–9's payloads.
+		{name: "REMOTE_KV_WAIT without kv_source", line: `{"request_id":"v","type":"REMOTE_KV_WAIT","ts":1700000000.5}`, reason: otelstats.ReasonMissingPayload},
+		{name: "REMOTE_KV_READY without num_remote_tokens", line: `{"request_id":"v","type":"REMOTE_KV_READY","ts":1700000000.5}`, reason: otelstats.ReasonMissingPayload},
+		{name: "ENCODING without num_items", line: `{"request_id":"v","type":"ENCODING","ts":1700000000.5}`, reason: otelstats.ReasonMissingPayload},
+		{name: "draft without accepted", line: `{"request_id":"v","type":"DECODING","ts":1700000000.5,"num_draft_tokens":4}`, reason: otelstats.ReasonDraftWithoutAccepted},
+		{name: "accepted without draft", line: `{"request_id":"v","type":"DECODING","ts":1700000000.5,"num_accepted_tokens":2}`, reason: otelstats.ReasonDraftWithoutAccepted},
+		{name: "kv_bytes negative", line: `{"request_id":"v","type":"REMOTE_KV_READY","ts":1700000000.5,"num_remote_tokens":1,"kv_bytes":-1}`, reason: otelstats.ReasonNegativeCount},
+		{name: "pd_role unknown", line: `{"request_id":"w","type":"ARRIVED","ts":1700000000.5,"model":"m","pd_role":"both"}`, reason: otelstats.ReasonUnknownValue},
+		{name: "encoder_cache_hit not a bool", line: `{"request_id":"v","type":"ENCODED","ts":1700000000.5,"encoder_cache_hit":"yes"}`, reason: otelstats.ReasonMalformed},
 		{name: "invalid JSON", line: `{"request_id":"v","type":`, reason: otelstats.ReasonMalformed},
 		{name: "not an object", line: `[1,2,3]`, reason: otelstats.ReasonMalformed},
 		{name: "two objects on a line", line: `{"request_id":"v","type":"QUEUED","ts":1}{}`, reason: otelstats.ReasonMalformed},
@@ -104,5 +114,67 @@ func TestBadLineCatalogue(t *testing.T) {
 	must(`{"request_id":"v","type":"FINISHED","ts":1700000000.021,"finish_reason":"stop"}`)
 	if len(got) != 1 || got[0].NumPromptTokens.N != 10 || got[0].E2ELatency.Value != 21*time.Millisecond {
 		t.Fatalf("valid request damaged: %+v", got)
+	}
+}
+
+// SPEC §7–9 through the update log: a decode instance's request with a
+// transfer, speculative steps, an adapter and an encoder run, parsed with
+// the SPEC's payload names and recorded into a tracker.
+func TestServingUpdateLog(t *testing.T) {
+	lines := []string{
+		`{"request_id":"d1","type":"ARRIVED","ts":1700000000,"model":"m","pd_role":"decode","lora_adapter":"sql-lora"}`,
+		`{"request_id":"d1","type":"INPUT_PROCESSED","ts":1700000000.001,"num_prompt_tokens":100}`,
+		`{"request_id":"d1","type":"QUEUED","ts":1700000000.002}`,
+		`{"request_id":"d1","type":"ENCODING","ts":1700000000.003,"num_items":2,"num_encoder_tokens":576}`,
+		`{"request_id":"d1","type":"ENCODED","ts":1700000000.0035,"encoder_cache_hit":true}`,
+		`{"request_id":"d1","type":"REMOTE_KV_WAIT","ts":1700000000.004,"kv_source":"prefill-0"}`,
+		`{"request_id":"d1","type":"REMOTE_KV_READY","ts":1700000000.014,"num_remote_tokens":96,"kv_bytes":4194304,"kv_status":"ok"}`,
+		`{"request_id":"d1","type":"PREFILLING","ts":1700000000.016,"num_computed_tokens":100,"num_cached_tokens":0}`,
+		`{"request_id":"d1","type":"DECODING","ts":1700000000.020,"num_new_tokens":1}`,
+		`{"request_id":"d1","type":"DECODING","ts":1700000000.030,"num_new_tokens":3,"num_draft_tokens":4,"num_accepted_tokens":2}`,
+		`{"request_id":"d1","type":"FINISHED","ts":1700000000.031,"side":"engine","finish_reason":"stop"}`,
+	}
+	var got []otelstats.RequestStats
+	tr, err := otelstats.NewTracker(otelstats.WithOnFinish(func(s *otelstats.RequestStats) { got = append(got, *s) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(t.Context())
+	for _, l := range lines {
+		u, err := ParseUpdate([]byte(l))
+		if err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		// The line written back parses to the same update.
+		v, err := ParseUpdate(bytes.TrimSpace(AppendUpdateJSON(nil, &u)))
+		if err != nil {
+			t.Fatalf("re-encoded %s: %v", AppendUpdateJSON(nil, &u), err)
+		}
+		if v.PDRole != u.PDRole || v.LoRAAdapter != u.LoRAAdapter || v.KVSource != u.KVSource || v.KVStatus != u.KVStatus ||
+			v.NumRemoteTokens != u.NumRemoteTokens || v.KVBytes != u.KVBytes || v.NumDraftTokens != u.NumDraftTokens ||
+			v.NumAcceptedTokens != u.NumAcceptedTokens || v.NumItems != u.NumItems || v.NumEncoderTokens != u.NumEncoderTokens ||
+			v.EncoderCacheHit != u.EncoderCacheHit {
+			t.Errorf("round trip of %s: %+v", l, v)
+		}
+		if err := tr.Record(u); err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+	}
+	tr.Flush()
+	if len(got) != 1 {
+		t.Fatalf("%d requests finished", len(got))
+	}
+	s := got[0]
+	if s.PDRole != "decode" || s.LoRAAdapter != "sql-lora" || s.KVSource != "prefill-0" || s.NumRemoteTokens != 96 ||
+		s.KVTransferBytes != 4<<20 || s.KVTransferDuration.Value != 10*time.Millisecond ||
+		s.NumDraftTokens != 4 || s.NumAcceptedTokens != 2 || s.NumSpecSteps != 1 ||
+		s.EncodeDuration.Value != 500*time.Microsecond || s.NumEncoderRuns != 1 {
+		t.Fatalf("stats %s", s.AppendJSON(nil))
+	}
+	for _, want := range []string{`"kv_transfer_duration_s":0.01`, `"num_remote_tokens":96`, `"spec_acceptance_rate":0.5`,
+		`"lora_adapter":"sql-lora"`, `"pd_role":"decode"`, `"encode_duration_s":0.0005`} {
+		if !bytes.Contains(s.AppendJSON(nil), []byte(want)) {
+			t.Errorf("RequestStats JSON lacks %s: %s", want, s.AppendJSON(nil))
+		}
 	}
 }

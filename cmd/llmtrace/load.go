@@ -2,17 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/llmtrace/llmtrace/internal/loadgen"
 	"github.com/llmtrace/llmtrace/otelconf"
-	"github.com/llmtrace/llmtrace/otelstats"
 )
 
 func init() {
@@ -22,26 +19,46 @@ func init() {
 	}
 }
 
-// bspVars are the standard batch span processor variables load reports.
-var bspVars = []string{"OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_EXPORT_TIMEOUT"}
-
-// load runs one load level (or a -find-max ramp) and prints one summary line
-// per level on stdout, progress on stderr.
+// load runs one load level (or a -find-max ramp): flags → loadgen.Options →
+// loadgen.Measure. One summary line per level on stdout, progress on
+// stderr.
 func load(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	o, code, ok := loadFlags(args, stderr)
+	if !ok {
+		return code
+	}
+	o.Stdout, o.Stderr = stdout, stderr
+	err := loadgen.Measure(ctx, o)
+	var bad *otelconf.ConfigError
+	switch {
+	case errors.Is(err, loadgen.ErrNoTraceExport) || errors.As(err, &bad):
+		fmt.Fprintf(stderr, "llmtrace load: %v\n", err)
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "llmtrace load: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// loadFlags parses and checks load's flags. When ok is false the command
+// ends with code (the reason is on stderr).
+func loadFlags(args []string, stderr io.Writer) (o loadgen.Options, code int, ok bool) {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	endpoint := fs.String("endpoint", "", "OTLP gRPC receiver as host:port (insecure); sets OTEL_EXPORTER_OTLP_TRACES_ENDPOINT for this process")
-	rate := fs.Float64("rate", 1000, "offered requests/s, paced regardless of completions (open loop); 0: flat out, the batch kept full, no model time")
-	duration := fs.Duration("duration", 10*time.Second, "how long requests arrive (per level with -find-max)")
-	inFlight := fs.Int("in-flight", 256, "batch size: requests running at once")
-	promptTokens := fs.Int("prompt-tokens", 128, "prompt tokens per request (one prefill chunk)")
-	outputTokens := fs.Int("output-tokens", 16, "output tokens per request (one engine step each)")
-	stepTime := fs.Duration("step-time", time.Millisecond, "simulated model time per engine step with -rate > 0")
-	maxWaiting := fs.Int("max-waiting", 0, "bound of the engine's waiting queue; arrivals beyond it are shed and counted (0: 16 × -in-flight)")
-	findMax := fs.Bool("find-max", false, "search for the highest rate with zero drops: start at -rate, double, then bisect to 10 %")
-	levels := fs.Int("levels", 10, "most levels -find-max runs")
-	progress := fs.Duration("progress", time.Second, "interval of the progress line on stderr (0: off)")
-	metrics := fs.Bool("metrics", false, "also export metrics over OTLP (off by default: Jaeger takes traces only)")
+	c := &o.Level
+	fs.StringVar(&o.Endpoint, "endpoint", "", "OTLP receiver for traces, host:port (plaintext) or a URL; overrides OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT and OTEL_TRACES_EXPORTER")
+	fs.Float64Var(&c.Rate, "rate", 1000, "offered requests/s, paced regardless of completions (open loop); 0: flat out, the batch kept full, no model time")
+	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "how long requests arrive (per level with -find-max)")
+	fs.IntVar(&c.InFlight, "in-flight", 256, "batch size: requests running at once")
+	fs.IntVar(&c.PromptTokens, "prompt-tokens", 128, "prompt tokens per request (one prefill chunk)")
+	fs.IntVar(&c.OutputTokens, "output-tokens", 16, "output tokens per request (one engine step each)")
+	fs.DurationVar(&c.StepTime, "step-time", time.Millisecond, "simulated model time per engine step with -rate > 0")
+	fs.IntVar(&c.MaxWaiting, "max-waiting", 0, "bound of the engine's waiting queue; arrivals beyond it are shed and counted (0: 16 × -in-flight)")
+	fs.BoolVar(&o.FindMax, "find-max", false, "search for the highest rate with zero drops: start at -rate, double, then bisect to 10 %")
+	fs.IntVar(&o.MaxLevels, "levels", 10, "most levels -find-max runs")
+	fs.DurationVar(&o.Progress, "progress", time.Second, "interval of the progress line on stderr (0: off)")
+	fs.BoolVar(&o.Metrics, "metrics", false, "also export metrics as OTEL_* says (off by default: load measures span export)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: llmtrace load [-endpoint HOST:PORT] [-rate N] [-duration D] [-find-max] [flags]\n\n"+
 			"Drives a tracker as an engine loop would — arrivals, schedule and output steps,\n"+
@@ -49,154 +66,24 @@ func load(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wri
 			"(OTEL_EXPORTER_OTLP_* and OTEL_BSP_* apply), and reports offered and completed\n"+
 			"requests/s, spans/s produced and exported, spans dropped and the engine loop's\n"+
 			"step latency. A level is sustained when nothing was dropped, shed or rejected\n"+
-			"and at most one batch waited at its end. One line per level on stdout:\n"+
-			"  llmtrace-load key=value ...\n\nflags:")
+			"and at most one batch waited at its end. One line per level on stdout, then\n"+
+			"the totals (produced = exported + dropped):\n"+
+			"  llmtrace-load key=value ...\n"+
+			"An interrupt stops the level and the flush; a second one exits at once.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args, 2); !ok {
-		return code
+		return o, code, false
 	}
-	usageErr := func(format string, a ...any) int {
+	usageErr := func(format string, a ...any) (loadgen.Options, int, bool) {
 		fmt.Fprintf(stderr, "llmtrace load: "+format+"\n", a...)
-		return 2
+		return o, 2, false
 	}
 	switch {
 	case fs.NArg() > 0:
 		return usageErr("unexpected arguments %q", fs.Args())
-	case *rate < 0 || *duration <= 0 || *inFlight <= 0 || *promptTokens <= 0 || *outputTokens <= 0 || *stepTime < 0 || *levels <= 0:
+	case c.Rate < 0 || c.Duration <= 0 || c.InFlight <= 0 || c.PromptTokens <= 0 || c.OutputTokens <= 0 || c.StepTime < 0 || o.MaxLevels <= 0:
 		return usageErr("-rate, -step-time must be ≥ 0; -duration, -in-flight, -prompt-tokens, -output-tokens, -levels > 0")
 	}
-	if *endpoint != "" {
-		if _, _, err := net.SplitHostPort(*endpoint); err != nil {
-			return usageErr("-endpoint %q: want host:port", *endpoint)
-		}
-		// The OTLP exporter reads its endpoint from the environment; an
-		// http:// endpoint is an insecure connection.
-		os.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://"+*endpoint)
-		os.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
-		if strings.EqualFold(os.Getenv("OTEL_TRACES_EXPORTER"), "none") {
-			os.Setenv("OTEL_TRACES_EXPORTER", "otlp")
-		}
-	}
-	getenv := func(k string) string {
-		if k == "OTEL_METRICS_EXPORTER" && !*metrics {
-			return "none"
-		}
-		return os.Getenv(k)
-	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "llmtrace load: "+format+"\n", a...)
-		return 1
-	}
-
-	prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-load", Getenv: getenv})
-	if err != nil {
-		return fail("telemetry setup: %v", err)
-	}
-	if prov.Batch == nil {
-		_ = prov.Shutdown(context.Background())
-		return usageErr("no traces endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), or pass -endpoint host:port")
-	}
-	tr, err := otelstats.NewTracker(prov.TrackerOptions()...)
-	if err != nil {
-		_ = prov.Shutdown(context.Background())
-		return fail("%v", err)
-	}
-	r := loadgen.New(tr, prov.Batch)
-
-	var bsp []string
-	for _, v := range bspVars {
-		val := os.Getenv(v)
-		if val == "" {
-			val = "default"
-		}
-		bsp = append(bsp, v+"="+val)
-	}
-	fmt.Fprintf(stderr, "llmtrace load: %s; %s\n", exportTarget(), strings.Join(bsp, " "))
-
-	stopProgress := make(chan struct{})
-	progressDone := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		if *progress <= 0 {
-			<-stopProgress
-			return
-		}
-		tick := time.NewTicker(*progress)
-		defer tick.Stop()
-		var lastP, lastE, lastD, lastO, lastC int64
-		for {
-			select {
-			case <-stopProgress:
-				return
-			case <-tick.C:
-			}
-			p, e, d := prov.Batch.Counts()
-			o, c, _ := r.Progress()
-			if o < lastO { // a new level
-				lastO, lastC = 0, 0
-			}
-			s := progress.Seconds()
-			fmt.Fprintf(stderr, "  offered %.0f/s completed %.0f/s | spans produced %.0f/s exported %.0f/s dropped %.0f/s | queued %d\n",
-				float64(o-lastO)/s, float64(c-lastC)/s, float64(p-lastP)/s, float64(e-lastE)/s, float64(d-lastD)/s, p-e-d)
-			lastP, lastE, lastD, lastO, lastC = p, e, d, o, c
-		}
-	}()
-
-	cfg := loadgen.Config{
-		Rate: *rate, Duration: *duration, InFlight: *inFlight, PromptTokens: *promptTokens,
-		OutputTokens: *outputTokens, StepTime: *stepTime, MaxWaiting: *maxWaiting,
-	}
-	line := func(res loadgen.Result) {
-		fmt.Fprintln(stdout, "llmtrace-load "+strings.Join(res.Fields(), " "))
-	}
-	status := 0
-	if *findMax {
-		best, _, err := r.FindMax(ctx, cfg, *levels, line)
-		if err != nil {
-			status = fail("%v", err)
-		}
-		if best.Config.Rate > 0 {
-			fmt.Fprintf(stdout, "llmtrace-load max_rate=%.0f offered_rps=%.1f completed_rps=%.1f spans_per_s=%.1f step_p99_us=%d step_max_us=%d\n",
-				best.Config.Rate, best.OfferedRate(), best.CompletedRate(), best.SpanRate(), best.StepP99.Microseconds(), best.StepMax.Microseconds())
-		} else {
-			fmt.Fprintln(stdout, "llmtrace-load max_rate=0")
-		}
-	} else {
-		res, err := r.Run(ctx, cfg)
-		line(res)
-		if err != nil {
-			status = fail("%v", err)
-		}
-	}
-	close(stopProgress)
-	<-progressDone
-
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := tr.Shutdown(sctx); err != nil {
-		status = fail("tracker shutdown: %v", err)
-	}
-	if err := prov.Shutdown(sctx); err != nil {
-		fmt.Fprintf(stderr, "llmtrace load: export shutdown: %v\n", err)
-	}
-	p, e, d := prov.Batch.Counts()
-	fmt.Fprintf(stdout, "llmtrace-load total produced=%d exported=%d dropped=%d\n", p, e, d)
-	return status
-}
-
-// exportTarget describes where spans go, from the environment.
-func exportTarget() string {
-	ep := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	if ep == "" {
-		ep = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	}
-	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if proto == "" {
-		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	if proto == "" {
-		proto = "grpc"
-	}
-	return "exporting spans to " + ep + " (" + proto + ")"
+	return o, 0, true
 }

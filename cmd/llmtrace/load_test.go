@@ -24,7 +24,7 @@ func clearOTLPEnv(t *testing.T) {
 	} {
 		t.Setenv(k, "")
 	}
-	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
 }
 
 // summaryLines parses load's stdout: each "llmtrace-load k=v ..." line as a

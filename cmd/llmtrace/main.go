@@ -4,7 +4,7 @@
 // measure span export throughput under load.
 //
 // Every subcommand reads the standard OTEL_* environment variables for
-// export (see internal/otelsetup); without them nothing is exported.
+// export (see otelconf); without them nothing is exported.
 package main
 
 import (
@@ -14,9 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sort"
-	"syscall"
 )
 
 // command is one subcommand. run gets the arguments after the subcommand's
@@ -27,10 +25,11 @@ type command struct {
 }
 
 // untilSignal adapts a long-running subcommand: its context ends on SIGINT
-// or SIGTERM, so it can drain and flush before exiting.
+// or SIGTERM, so it can drain and flush before exiting; a second signal
+// exits at once (signalContext).
 func untilSignal(run func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int) func([]string, io.Reader, io.Writer, io.Writer) int {
 	return func(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		ctx, stop := signalContext(stderr)
 		defer stop()
 		return run(ctx, args, stdin, stdout, stderr)
 	}

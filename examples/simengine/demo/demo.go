@@ -101,8 +101,6 @@ type Options struct {
 	MaxImages  int
 	// ServiceName is the default service.name.
 	ServiceName string
-	// Getenv reads the OTEL_* environment (os.Getenv when nil).
-	Getenv func(string) string
 
 	Stdout, Stderr io.Writer
 
@@ -189,7 +187,6 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		ServiceName:    o.ServiceName,
 		SpanProcessors: append([]sdktrace.SpanProcessor{capture}, o.SpanProcessors...),
 		Prometheus:     o.MetricsAddr != "" || o.MetricsListener != nil,
-		Getenv:         o.Getenv,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("telemetry setup: %w", err)
@@ -286,9 +283,6 @@ func (o *Options) defaults() {
 	}
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
-	}
-	if o.Getenv == nil {
-		o.Getenv = os.Getenv
 	}
 	if o.RateScale == 0 {
 		o.RateScale = 1

@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -14,8 +15,16 @@ import (
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
-// noOTLP keeps a test's run off any OTLP endpoint set in the environment.
-func noOTLP(string) string { return "" }
+// TestMain keeps the tests' runs off any exporter set in the environment
+// (otelconf reads the process environment).
+func TestMain(m *testing.M) {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "OTEL_") || strings.HasPrefix(k, "LLMTRACE_") {
+			os.Unsetenv(k)
+		}
+	}
+	os.Exit(m.Run())
+}
 
 // smallRun is a few hundred requests on a KV cache small enough to preempt.
 func smallRun(n int) Options {
@@ -23,7 +32,6 @@ func smallRun(n int) Options {
 	o.Requests = n
 	o.Engine.NumBlocks = 1024
 	o.Progress = false
-	o.Getenv = noOTLP
 	return o
 }
 

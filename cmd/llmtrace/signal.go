@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// signalContext returns a context that ends at the first SIGINT or SIGTERM,
+// so that a command drains and flushes before it exits. A second signal
+// ends the process at once, whatever the command is waiting for, with the
+// shell's status for a signal (130 for SIGINT, 143 for SIGTERM). stop
+// releases the signals.
+func signalContext(stderr io.Writer) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(stderr, "llmtrace: %v: finishing; signal again to exit at once\n", s)
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(stderr, "llmtrace: %v again: exiting now\n", s)
+			os.Exit(signalStatus(s))
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}
+
+func signalStatus(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 1
+}

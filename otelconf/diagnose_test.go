@@ -1,0 +1,110 @@
+package otelconf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestClassify: the errors the OTLP exporters returned against a real
+// Jaeger (ports 4317 and 4318), a closed port and a TLS mismatch, as
+// printed, each read as its likely cause.
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want Cause
+	}{
+		{errors.New(`traces export: context deadline exceeded: rpc error: code = Unavailable desc = connection error: desc = "error reading server preface: http2: failed reading the frame payload: http2: frame too large, note that the frame header looked like an HTTP/1.1 header"`), CauseNotGRPC},
+		{errors.New(`traces export: Post "http://127.0.0.1:24317/v1/traces": net/http: HTTP/1.x transport connection broken: malformed HTTP response "\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x05\x00\x00@\x00"`), CauseNotHTTP},
+		{errors.New(`traces export: Post "http://127.0.0.1:37925/v1/traces": readLoopPeekFailLocked: %!w(<nil>)`), CauseNotHTTP},
+		{errors.New(`failed to upload metrics: rpc error: code = Unimplemented desc = unknown service opentelemetry.proto.collector.metrics.v1.MetricsService`), CauseRefused},
+		{fmt.Errorf("failed to upload metrics: %w", status.Error(codes.Unimplemented, "unknown service")), CauseRefused},
+		{errors.New(`failed to upload metrics: failed to send metrics to http://127.0.0.1:24318/v1/metrics: 404 Not Found (body: 404 page not found)`), CauseRefused},
+		{errors.New(`traces export: context deadline exceeded: rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`), CauseUnreachable},
+		{errors.New(`traces export: Post "http://nowhere.invalid:4318/v1/traces": dial tcp: lookup nowhere.invalid: no such host`), CauseUnreachable},
+		{errors.New(`traces export: Post "https://127.0.0.1:24317/v1/traces": tls: first record does not look like a TLS handshake`), CauseTLSMismatch},
+		{errors.New(`Post "https://h/v1/traces": http: server gave HTTP response to HTTPS client`), CauseTLSMismatch},
+		{errors.New(`x509: certificate signed by unknown authority`), CauseCertificate},
+		{fmt.Errorf("export: %w", status.Error(codes.Unauthenticated, "no token")), CauseAuth},
+		{errors.New(`failed to send to http://h/v1/traces: 401 Unauthorized`), CauseAuth},
+		{errors.New(`rpc error: code = ResourceExhausted desc = grpc: received message larger than max (5242880 vs. 4194304)`), CauseTooLarge},
+		{fmt.Errorf("traces export: %w", context.DeadlineExceeded), CauseTimeout},
+		{errors.New("something else"), CauseUnknown},
+	} {
+		if got := classify(tc.err); got != tc.want {
+			t.Errorf("classify(%q) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestExportErrorMessage: each cause's message names the target, says
+// refused or failed, and carries the exporter's error.
+func TestExportErrorMessage(t *testing.T) {
+	for c := CauseUnknown; c <= CauseTimeout; c++ {
+		xe := &ExportError{Signal: "metrics", Target: "h:4317 (otlp/grpc)", Cause: c, Err: errors.New("boom"), envSuffix: "METRICS"}
+		msg := xe.Error()
+		verb := " failed"
+		if c == CauseRefused {
+			verb = " refused"
+		}
+		if !strings.HasPrefix(msg, "otelconf: metrics export to h:4317 (otlp/grpc)"+verb) || !strings.HasSuffix(msg, ": boom") {
+			t.Errorf("%v: %q", c, msg)
+		}
+		if (xe.Hint() == "") != (c == CauseUnknown) || c.String() == "unknown" && c != CauseUnknown {
+			t.Errorf("%v: hint %q", c, xe.Hint())
+		}
+		if !errors.Is(xe, xe.Err) {
+			t.Errorf("%v: does not unwrap", c)
+		}
+	}
+	if s := Cause(99).String(); s != "unknown" {
+		t.Errorf("Cause(99) = %q", s)
+	}
+}
+
+// FuzzClassify: any error text gets a cause, and the message built on it
+// keeps the text.
+func FuzzClassify(f *testing.F) {
+	f.Add(`malformed HTTP response "\x00\x00`)
+	f.Add("rpc error: code = Unimplemented desc = x")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		c := classify(errors.New(s))
+		if c < CauseUnknown || c > CauseTimeout {
+			t.Fatalf("cause %d", c)
+		}
+		xe := &ExportError{Signal: "traces", Target: "x", Cause: c, Err: errors.New(s)}
+		if !strings.HasSuffix(xe.Error(), s) {
+			t.Fatalf("message %q lost the error", xe.Error())
+		}
+	})
+}
+
+// FuzzOverrideURL: any endpoint string is refused with an error or turned
+// into an http(s) URL with a host.
+func FuzzOverrideURL(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:4317", "http://h:4318", "https://h/p", "nowhere", "ftp://x", "[::1]:4317", "http://", ":0"} {
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, ep string, http bool) {
+		proto := "grpc"
+		if http {
+			proto = "http/protobuf"
+		}
+		u, err := overrideURL(ep, proto, "traces")
+		if err != nil {
+			if u != "" {
+				t.Fatalf("%q: both %q and %v", ep, u, err)
+			}
+			return
+		}
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			t.Fatalf("%q -> %q", ep, u)
+		}
+	})
+}

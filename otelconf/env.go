@@ -1,0 +1,329 @@
+package otelconf
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+
+	"github.com/llmtrace/llmtrace/batch"
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// DefaultProtocol is the OTLP protocol when neither
+// OTEL_EXPORTER_OTLP_PROTOCOL nor its per-signal variant is set. The
+// OpenTelemetry specification's default is http/protobuf; llmtrace's is
+// gRPC, as its design and every command in its README (port 4317) have it.
+// http/protobuf is one variable away.
+const DefaultProtocol = "grpc"
+
+// Environment variables of llmtrace's own, beside the OpenTelemetry ones.
+const (
+	// EnvSampling is the end-of-request sampling policy, in
+	// otelstats.ParseSamplingPolicy's syntax.
+	EnvSampling = "LLMTRACE_SAMPLING"
+	// EnvDetail is the default detail level, 0–3 (otelstats.ParseDetail).
+	EnvDetail = "LLMTRACE_DETAIL"
+	// EnvCaptureContent is the GenAI convention's opt-in variable: "true"
+	// records prompts and completions (otelstats.WithContentCapture).
+	EnvCaptureContent = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+)
+
+// selection is what the environment (and Config) chose for one signal.
+type selection struct {
+	signal string // "traces" or "metrics"
+	suffix string // "TRACES" or "METRICS", as in the variable names
+	// exporter is "otlp", or a name autoexport resolves (console,
+	// prometheus, none, registered ones); "" when the signal is off.
+	exporter string
+	protocol string // with otlp: "grpc" or "http/protobuf"
+	endpoint string // with otlp: where the exporter sends, for Status
+	// override, with otlp, is the URL given to the exporter over what it
+	// reads itself: Config.TracesEndpoint, or the specification's default
+	// endpoint when no endpoint variable is set.
+	override string
+}
+
+// target is how Status and ExportError name where the signal goes.
+func (s selection) target() string {
+	switch s.exporter {
+	case "otlp":
+		return s.endpoint + " (otlp/" + s.protocol + ")"
+	case "console":
+		return "stdout (console)"
+	case "prometheus":
+		host := getenvOr("OTEL_EXPORTER_PROMETHEUS_HOST", "localhost")
+		port := getenvOr("OTEL_EXPORTER_PROMETHEUS_PORT", "9464")
+		return "http://" + net.JoinHostPort(host, port) + "/metrics (prometheus)"
+	}
+	return s.exporter
+}
+
+func getenvOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// sdkDisabled reads OTEL_SDK_DISABLED as the specification says: only
+// "true" (any case) disables; another value than "false" or empty is
+// reported and ignored.
+func sdkDisabled() bool {
+	v := strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED"))
+	switch {
+	case strings.EqualFold(v, "true"):
+		return true
+	case v != "" && !strings.EqualFold(v, "false"):
+		otel.Handle(fmt.Errorf("otelconf: OTEL_SDK_DISABLED=%q is neither true nor false; ignored", v))
+	}
+	return false
+}
+
+// selectSignal reads OTEL_<SIGNAL>_EXPORTER and the OTLP variables. Unset,
+// the exporter is otlp when an endpoint variable is set, and nothing
+// otherwise: a command run without any OTEL_* exports nothing (the
+// specification's default would try localhost and fail).
+func selectSignal(signal, override string) (selection, error) {
+	s := selection{signal: signal, suffix: strings.ToUpper(signal)}
+	key := "OTEL_" + s.suffix + "_EXPORTER"
+	name := strings.TrimSpace(os.Getenv(key))
+	switch {
+	case override != "":
+		name = "otlp"
+	case strings.Contains(name, ","):
+		return s, &ConfigError{Name: key, Value: name, Reason: "one exporter per signal is supported"}
+	case strings.EqualFold(name, "none"):
+		return s, nil
+	case name == "":
+		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_"+s.suffix+"_ENDPOINT") == "" {
+			return s, nil
+		}
+		name = "otlp"
+	}
+	if !strings.EqualFold(name, "otlp") {
+		s.exporter = name
+		return s, nil
+	}
+	s.exporter = "otlp"
+	var err error
+	if s.protocol, err = otlpProtocol(s.suffix); err != nil {
+		return s, err
+	}
+	if override != "" {
+		if s.override, err = overrideURL(override, s.protocol, signal); err != nil {
+			return s, err
+		}
+		s.endpoint = s.override
+		return s, nil
+	}
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_"+s.suffix+"_ENDPOINT") == "" {
+		// The specification's default is plaintext; the Go exporters'
+		// own is TLS.
+		s.override = specDefaultEndpoint(s.protocol, signal)
+	}
+	s.endpoint = otlpEndpoint(s.suffix, s.protocol, signal)
+	return s, nil
+}
+
+// specDefaultEndpoint is the OTLP endpoint the specification names for
+// protocol when no endpoint variable is set.
+func specDefaultEndpoint(protocol, signal string) string {
+	if protocol == "grpc" {
+		return "http://localhost:4317"
+	}
+	return "http://localhost:4318/v1/" + signal
+}
+
+// otlpProtocol is the per-signal protocol variable, else the general one,
+// else DefaultProtocol.
+func otlpProtocol(suffix string) (string, error) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + suffix + "_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		v := strings.TrimSpace(os.Getenv(k))
+		switch strings.ToLower(v) {
+		case "":
+			continue
+		case "grpc", "http/protobuf":
+			return strings.ToLower(v), nil
+		case "http/json":
+			return "", &ConfigError{Name: k, Value: v, Reason: "the Go OTLP exporters speak grpc and http/protobuf only"}
+		default:
+			return "", &ConfigError{Name: k, Value: v, Reason: "want grpc or http/protobuf"}
+		}
+	}
+	return DefaultProtocol, nil
+}
+
+// otlpEndpoint is where the OTLP exporter will send, resolved as the
+// exporters do, for messages only (the exporters read the variables
+// themselves).
+func otlpEndpoint(suffix, protocol, signal string) string {
+	if v := os.Getenv("OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT"); v != "" {
+		return v // used as is, path included, by both exporters
+	}
+	v := os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	switch {
+	case v == "":
+		return specDefaultEndpoint(protocol, signal)
+	case protocol == "grpc":
+		return v
+	}
+	return strings.TrimSuffix(v, "/") + "/v1/" + signal
+}
+
+// overrideURL turns Config.TracesEndpoint (a URL, or host:port meaning
+// plaintext) into the URL the exporter's WithEndpointURL takes: for
+// http/protobuf, with the signal's path when the URL has none.
+func overrideURL(ep, protocol, signal string) (string, error) {
+	orig := ep
+	if !strings.Contains(ep, "://") {
+		if _, _, err := net.SplitHostPort(ep); err != nil {
+			return "", &ConfigError{Name: "Config.TracesEndpoint", Value: ep, Reason: "want host:port or an http(s) URL"}
+		}
+		ep = "http://" + ep
+	}
+	u, err := url.Parse(ep)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return "", &ConfigError{Name: "Config.TracesEndpoint", Value: orig, Reason: "want host:port or an http(s) URL"}
+	}
+	if protocol != "grpc" && (u.Path == "" || u.Path == "/") {
+		u.Path = "/v1/" + signal
+	}
+	return u.String(), nil
+}
+
+// checkHistogramAggregation reports a value of
+// OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION the OTLP
+// exporters would ignore without a word.
+func checkHistogramAggregation() {
+	const k = "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"
+	switch v := strings.TrimSpace(os.Getenv(k)); strings.ToLower(v) {
+	case "", "explicit_bucket_histogram", "base2_exponential_bucket_histogram":
+	default:
+		otel.Handle(fmt.Errorf("otelconf: %s=%q: want explicit_bucket_histogram or base2_exponential_bucket_histogram; ignored", k, v))
+	}
+}
+
+// exponentialHistograms reports whether the OTLP metric exporter is asked
+// for base2 exponential histograms. The Aggregator keeps explicit buckets,
+// so Setup then leaves it out and the tracker's histograms go through the
+// SDK's instruments, which follow the reader's aggregation: what the user
+// asked for, at the instruments' cost (BENCHMARKS.md: the tracker's
+// WithAggregator fast path).
+func exponentialHistograms() bool {
+	v := os.Getenv("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION")
+	return strings.EqualFold(strings.TrimSpace(v), "base2_exponential_bucket_histogram")
+}
+
+// checkProducers refuses OTEL_METRICS_PRODUCERS: autoexport would put its
+// producers in the place of the Aggregator, whose latency histograms would
+// then be missing from every reader.
+func checkProducers() error {
+	if v := strings.TrimSpace(os.Getenv("OTEL_METRICS_PRODUCERS")); v != "" {
+		return &ConfigError{Name: "OTEL_METRICS_PRODUCERS", Value: v,
+			Reason: "not supported: llmtrace's own producer serves its latency histograms on every reader; unset it"}
+	}
+	return nil
+}
+
+// trackerOptions reads the tracker's configuration from the environment.
+func trackerOptions() ([]otelstats.Option, error) {
+	var opts []otelstats.Option
+	if v := strings.TrimSpace(os.Getenv(EnvSampling)); v != "" {
+		pol, err := otelstats.ParseSamplingPolicy(v)
+		if err != nil {
+			return nil, &ConfigError{Name: EnvSampling, Value: v, Reason: "not a sampling policy", Err: err}
+		}
+		opts = append(opts, otelstats.WithSampling(pol))
+	}
+	if v := strings.TrimSpace(os.Getenv(EnvDetail)); v != "" {
+		d, err := otelstats.ParseDetail(v)
+		if err != nil {
+			return nil, &ConfigError{Name: EnvDetail, Value: v, Reason: "not a detail level", Err: err}
+		}
+		opts = append(opts, otelstats.WithDetail(d))
+	}
+	if v := strings.TrimSpace(os.Getenv(EnvCaptureContent)); v != "" {
+		// As the specification reads booleans: anything but true is
+		// false, and a value neither true nor false is reported.
+		on := strings.EqualFold(v, "true")
+		if !on && !strings.EqualFold(v, "false") {
+			otel.Handle(fmt.Errorf("otelconf: %s=%q is neither true nor false; content is not captured", EnvCaptureContent, v))
+		}
+		if on {
+			opts = append(opts, otelstats.WithContentCapture(&otelstats.ContentCapture{}))
+		}
+	}
+	return opts, nil
+}
+
+// BatchConfig is the batch processor's configuration as Setup applied it:
+// OTEL_BSP_* where set, the batch package's defaults elsewhere.
+type BatchConfig struct {
+	MaxQueueSize, MaxExportBatchSize int
+	BatchTimeout, ExportTimeout      time.Duration
+}
+
+// String names each setting by its variable, in the variable's unit, e.g.
+// "OTEL_BSP_MAX_QUEUE_SIZE=16384 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=1024
+// OTEL_BSP_SCHEDULE_DELAY=1000 OTEL_BSP_EXPORT_TIMEOUT=10000".
+func (c BatchConfig) String() string {
+	return fmt.Sprintf("OTEL_BSP_MAX_QUEUE_SIZE=%d OTEL_BSP_MAX_EXPORT_BATCH_SIZE=%d OTEL_BSP_SCHEDULE_DELAY=%d OTEL_BSP_EXPORT_TIMEOUT=%d",
+		c.MaxQueueSize, c.MaxExportBatchSize, c.BatchTimeout.Milliseconds(), c.ExportTimeout.Milliseconds())
+}
+
+// batchConfig reads the standard OTEL_BSP_* variables (milliseconds and
+// counts); a value that is not a positive integer is reported and the
+// default kept.
+func batchConfig() BatchConfig {
+	c := BatchConfig{
+		MaxQueueSize: batch.DefaultMaxQueueSize, MaxExportBatchSize: batch.DefaultMaxExportBatchSize,
+		BatchTimeout: batch.DefaultBatchTimeout, ExportTimeout: batch.DefaultExportTimeout,
+	}
+	num := func(name string, into *int) {
+		v := strings.TrimSpace(os.Getenv(name))
+		if v == "" {
+			return
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			otel.Handle(fmt.Errorf("otelconf: %s=%q is not a positive integer; the default applies", name, v))
+			return
+		}
+		*into = n
+	}
+	ms := func(name string, into *time.Duration) {
+		n := int(into.Milliseconds())
+		num(name, &n)
+		*into = time.Duration(n) * time.Millisecond
+	}
+	num("OTEL_BSP_MAX_QUEUE_SIZE", &c.MaxQueueSize)
+	num("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", &c.MaxExportBatchSize)
+	ms("OTEL_BSP_SCHEDULE_DELAY", &c.BatchTimeout)
+	ms("OTEL_BSP_EXPORT_TIMEOUT", &c.ExportTimeout)
+	// As the processor does, and as the specification says.
+	c.MaxExportBatchSize = min(c.MaxExportBatchSize, c.MaxQueueSize)
+	return c
+}
+
+func (c BatchConfig) options() []batch.Option {
+	return []batch.Option{
+		batch.WithMaxQueueSize(c.MaxQueueSize), batch.WithMaxExportBatchSize(c.MaxExportBatchSize),
+		batch.WithBatchTimeout(c.BatchTimeout), batch.WithExportTimeout(c.ExportTimeout),
+	}
+}
+
+// exporterError is autoexport's error for the exporter name in key: a
+// ConfigError when the name is unknown, the error itself otherwise (a
+// Prometheus port already taken).
+func exporterError(key, name, want string, err error) error {
+	if strings.Contains(err.Error(), "unknown exporter") {
+		return &ConfigError{Name: key, Value: name, Reason: "want " + want, Err: err}
+	}
+	return fmt.Errorf("otelconf: %s=%s: %w", key, name, err)
+}

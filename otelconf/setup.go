@@ -1,0 +1,178 @@
+package otelconf
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+
+	"github.com/llmtrace/llmtrace/batch"
+	"github.com/llmtrace/llmtrace/otelstats"
+	"github.com/llmtrace/llmtrace/spans"
+)
+
+// Providers are the configured providers. Shutdown flushes and stops them;
+// Status says what their exporters did. The zero Providers is not usable:
+// Setup makes them. They are safe for concurrent use.
+type Providers struct {
+	TracerProvider *sdktrace.TracerProvider
+	MeterProvider  *sdkmetric.MeterProvider
+	// MetricsHandler serves /metrics when Config.Prometheus was set.
+	MetricsHandler http.Handler
+	// TracesExported and MetricsExported say whether spans and metrics
+	// leave the process through an exporter the environment (or
+	// Config.TracesEndpoint) configured.
+	TracesExported, MetricsExported bool
+	// Batch is the processor exporting spans (nil when trace export is
+	// off), for its Counts; BatchConfig is how it was configured.
+	Batch       *batch.Processor
+	BatchConfig BatchConfig
+	// Aggregator is the tracker's histogram fast path, registered on every
+	// reader Setup built: Config.Aggregator, or one Setup made because the
+	// caller brought no readers of its own (which could not serve it).
+	Aggregator *otelstats.Aggregator
+	// HistogramAggregation is what the OTLP metric exporter asks for
+	// histogram instruments (OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION):
+	// sdkmetric.AggregationBase2ExponentialHistogram or the default
+	// (explicit buckets); nil without OTLP metric export. The SDK's
+	// instruments follow it; the Aggregator's histograms keep explicit
+	// buckets.
+	HistogramAggregation sdkmetric.Aggregation
+
+	resource *resource.Resource
+	procs    fanout             // every span processor of TracerProvider
+	direct   bool               // the SDK's sampler is the default: trees may bypass it
+	tracker  []otelstats.Option // from LLMTRACE_* and the GenAI content variable
+	disabled bool
+	traces   *exportState
+	metrics  *exportState
+}
+
+// Setup builds the providers from the environment and c: the exporters
+// OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER name (OTLP when only an
+// endpoint is set; nothing when neither is), each signal's own endpoint
+// and protocol, the batch processor from OTEL_BSP_*, the resource from
+// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, and the tracker's
+// options from LLMTRACE_SAMPLING, LLMTRACE_DETAIL and the GenAI content
+// variable. With OTEL_SDK_DISABLED=true nothing is exported. A value no
+// exporter can use fails Setup with an error naming the variable.
+func Setup(ctx context.Context, c Config) (*Providers, error) {
+	name := c.ServiceName
+	if name == "" {
+		name = "llmtrace"
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName(name)),
+		resource.WithFromEnv(),
+		resource.WithTelemetrySDK(),
+	)
+	if err != nil {
+		return nil, err
+	}
+	p := &Providers{resource: res, Aggregator: c.Aggregator, disabled: sdkDisabled()}
+	if p.tracker, err = trackerOptions(); err != nil {
+		return nil, err
+	}
+	if p.Aggregator == nil && len(c.Readers) == 0 && !exponentialHistograms() {
+		p.Aggregator = otelstats.NewAggregator()
+	}
+	var tsel, msel selection
+	if !p.disabled {
+		if tsel, err = selectSignal("traces", c.TracesEndpoint); err != nil {
+			return nil, err
+		}
+		if !c.NoMetricsExport {
+			if msel, err = selectSignal("metrics", ""); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := p.setupMetrics(ctx, c, msel); err != nil {
+		return nil, err
+	}
+	if err := p.setupTraces(ctx, c, tsel); err != nil {
+		return nil, errors.Join(err, p.MeterProvider.Shutdown(ctx))
+	}
+	return p, nil
+}
+
+func (p *Providers) setupMetrics(ctx context.Context, c Config, sel selection) error {
+	opts := []sdkmetric.Option{sdkmetric.WithResource(p.resource)}
+	var env sdkmetric.Reader // built from the environment: shut down if Prometheus fails
+	if sel.exporter != "" {
+		if err := checkProducers(); err != nil {
+			return err
+		}
+		mr, err := newMetricReader(ctx, sel, p.Aggregator)
+		if err != nil {
+			return err
+		}
+		if env = mr.reader; env != nil {
+			opts = append(opts, sdkmetric.WithReader(env))
+			p.metrics, p.MetricsExported, p.HistogramAggregation = mr.state, true, mr.histograms
+		}
+	}
+	switch {
+	case c.Prometheus && p.disabled:
+		p.MetricsHandler = disabledHandler
+	case c.Prometheus:
+		r, h, err := prometheusHandler(p.Aggregator)
+		if err != nil {
+			if env != nil {
+				err = errors.Join(err, env.Shutdown(ctx))
+			}
+			return err
+		}
+		opts = append(opts, sdkmetric.WithReader(r))
+		p.MetricsHandler = h
+	}
+	for _, r := range c.Readers {
+		opts = append(opts, sdkmetric.WithReader(r))
+	}
+	p.MeterProvider = sdkmetric.NewMeterProvider(opts...)
+	return nil
+}
+
+func (p *Providers) setupTraces(ctx context.Context, c Config, sel selection) error {
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(p.resource), sdktrace.WithIDGenerator(spans.IDGenerator())}
+	exp, err := newSpanExporter(ctx, sel)
+	if err != nil {
+		return err
+	}
+	if exp != nil {
+		p.traces = &exportState{sel: sel, counted: true}
+		wrapped := &spanExporter{SpanExporter: exp, state: p.traces}
+		p.BatchConfig = batchConfig()
+		p.Batch = batch.NewProcessor(wrapped, append(p.BatchConfig.options(), batch.WithMeterProvider(p.MeterProvider))...)
+		opts = append(opts, sdktrace.WithSpanProcessor(p.Batch))
+		p.procs = append(p.procs, p.Batch)
+		p.TracesExported = true
+	}
+	for _, sp := range c.SpanProcessors {
+		opts = append(opts, sdktrace.WithSpanProcessor(sp))
+		p.procs = append(p.procs, sp)
+	}
+	p.direct = defaultSampler()
+	p.TracerProvider = sdktrace.NewTracerProvider(opts...)
+	return nil
+}
+
+// Shutdown flushes and shuts both providers down within ctx. Export
+// failures are not its errors (Status has them): only a flush or shutdown
+// that did not finish.
+func (p *Providers) Shutdown(ctx context.Context) error {
+	return errors.Join(p.TracerProvider.Shutdown(ctx), p.MeterProvider.Shutdown(ctx))
+}
+
+// Status is what the exporters did so far.
+func (p *Providers) Status() Status {
+	s := Status{Disabled: p.disabled, Traces: p.traces.status(), Metrics: p.metrics.status()}
+	if p.Batch != nil {
+		s.Traces.Produced, s.Traces.Exported, s.Traces.Dropped = p.Batch.Counts()
+	}
+	return s
+}
