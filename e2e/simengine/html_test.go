@@ -51,7 +51,7 @@ func TestHTMLServingFeaturesInChromium(t *testing.T) {
 	if n := strings.Count(html, `data-chart="load"`); n != 2 {
 		t.Errorf("%d load charts, want one per instance (2)", n)
 	}
-	for _, want := range []string{"Serving features", "KV transfers", "speculative decoding", "LoRA adapters", "multimodal", "[router]", "[decode]"} {
+	for _, want := range []string{"Serving features", "KV transfers", "speculative decoding", "LoRA adapters", "multimodal", "[router", "[decode"} {
 		if !strings.Contains(html, want) {
 			t.Errorf("the page lacks %q", want)
 		}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/llmtrace/llmtrace/examples/simengine/internal/workload"
 )
 
 // The serving-feature flags, through the built binary: each turns its
@@ -37,7 +41,7 @@ func TestServingFlags(t *testing.T) {
 			"P/D: a router sends each request to prefill-0 (max_tokens 1), then to decode-0, which loads its KV cache over a 25 Gb/s link",
 			"P/D: router → prefill-0 → decode-0 over a 25 Gb/s link; 150 KV transfers,", "failed (recomputed on decode-0)",
 			"router: send to P → P's response", "D: KV transfer", "[sim +0:00:30 decode-0] Avg prompt throughput",
-			"chat llama-3-8b [router]", "chat llama-3-8b [prefill]", "chat llama-3-8b [decode]", "llm.kv_transfer (", "llm.queue (kv_ready)",
+			"chat llama-3-8b [router", "chat llama-3-8b [prefill", "chat llama-3-8b [decode", "llm.kv_transfer (", "llm.queue (kv_ready)",
 			"a failed KV transfer, recomputed on the decode instance", "≈ KV transfer", "HTML report: " + page,
 		}},
 		{"spec", []string{"-spec-decode", "-spec-k", "3", "-spec-accept", "0.9,0.5"}, []string{
@@ -47,7 +51,7 @@ func TestServingFlags(t *testing.T) {
 		}},
 		{"lora", []string{"-lora", "sql-lora=0.5,chat-lora=0.2", "-max-loras", "1"}, []string{
 			"LoRA adapters: sql-lora=0.5,chat-lora=0.2, at most 1 in a batch", "LoRA adapters (at most 1 in a batch):",
-			"(base model)", "sql-lora ", "chat-lora ", "; adapter ",
+			"(base model)", "sql-lora ", "chat-lora ", "; adapter ", "[lora chat-lora]",
 		}},
 		{"multimodal", []string{"-multimodal", "0.5", "-max-images", "3"}, []string{
 			"multimodal: 50% of requests carry 1–3 images of 576 tokens", "images of 576 tokens;", "encoder runs in",
@@ -96,4 +100,134 @@ func TestServingFlags(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// TestREADMEModernServing checks the README's "Modern serving" section
+// against the built binaries: every update log in it replays through
+// llmtrace replay into the values the text gives, and every demo command in
+// it runs and prints the waterfalls pasted below it, line for line (but the
+// trace ids), when the conversation trace they came from is here.
+func TestREADMEModernServing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binaries")
+	}
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	from := strings.Index(s, "\n## Modern serving\n")
+	if from < 0 {
+		t.Fatal("the README has no Modern serving section")
+	}
+	sec := s[from+1:]
+	sec = sec[:strings.Index(sec, "\n## ")]
+	dir := t.TempDir()
+	demo, llmtrace := filepath.Join(dir, "simengine"), filepath.Join(dir, "llmtrace")
+	for bin, pkg := range map[string]string{demo: ".", llmtrace: "../../cmd/llmtrace"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+
+	// The update logs, and what the text says replay derives from them.
+	want := map[string]map[string]any{
+		"req-478/decode": {"kv_transfer_duration_s": 0.0071, "num_remote_tokens": 628.0, "kv_transfer_bytes": 82313216.0, "queue_duration_s": 0.002},
+		"req-478/prefill": {"finish_reason": "remote_decode", "num_output_tokens": 1.0},
+		"s1":              {"num_draft_tokens": 12.0, "num_accepted_tokens": 6.0, "num_spec_steps": 3.0, "spec_acceptance_rate": 0.5, "spec_mean_acceptance_length": 3.0, "num_output_tokens": 10.0},
+		"l1":              {"lora_adapter": "chat-lora", "model": "llama-3-8b"},
+		"m1":              {"encode_duration_s": 0.0078, "num_encoder_runs": 2.0},
+	}
+	logs := fenced(sec, "json")
+	if len(logs) != 5 {
+		t.Fatalf("%d update logs in the section, want 5", len(logs))
+	}
+	for i, l := range logs {
+		f := filepath.Join(dir, "log.jsonl")
+		if err := os.WriteFile(f, []byte(strings.Join(l, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(llmtrace, "replay", f).Output()
+		if err != nil {
+			t.Fatalf("log %d: llmtrace replay: %v", i, err)
+		}
+		var st map[string]any
+		if err := json.Unmarshal(out, &st); err != nil {
+			t.Fatalf("log %d: %v: %s", i, err, out)
+		}
+		key := st["request_id"].(string)
+		if role, ok := st["pd_role"].(string); ok {
+			key += "/" + role
+		}
+		w, ok := want[key]
+		if !ok {
+			t.Fatalf("log %d: request %s is not in the test's table", i, key)
+		}
+		delete(want, key)
+		for k, v := range w {
+			if st[k] != v {
+				t.Errorf("log %d (%s): %s = %v, the README says %v", i, key, k, st[k], v)
+			}
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("logs the README no longer has: %v", want)
+	}
+
+	// The demo commands, and the waterfalls pasted from them.
+	cmds := regexp.MustCompile("`go run \\./examples/simengine([^`]*)`").FindAllStringSubmatch(sec, -1)
+	if len(cmds) < 5 {
+		t.Fatalf("%d demo commands in the section", len(cmds))
+	}
+	var all strings.Builder
+	for _, c := range cmds {
+		cmd := exec.Command(demo, append(strings.Fields(c[1]), "-quiet")...)
+		cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_TRACES_EXPORTER=none", "OTEL_METRICS_EXPORTER=none")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("simengine%s: %v\n%s", c[1], err, out)
+		}
+		all.Write(out)
+	}
+	if workload.FindDefault() == "" {
+		t.Logf("the conversation trace is not here; the pasted waterfalls are not compared")
+		return
+	}
+	got := all.String()
+	falls := fenced(sec, "")
+	if len(falls) != 5 {
+		t.Fatalf("%d waterfalls in the section, want 5", len(falls))
+	}
+	for _, f := range falls {
+		for _, line := range f {
+			if !strings.Contains(got, line) {
+				t.Errorf("the demo no longer prints the README's line\n%s", line)
+			}
+		}
+	}
+}
+
+// fenced returns the lines of every fenced block of text whose info string
+// is info ("" for a plain block).
+func fenced(text, info string) [][]string {
+	var out [][]string
+	var cur []string
+	in, keep := false, false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "```") {
+			if in {
+				if keep {
+					out = append(out, cur)
+				}
+				in, cur = false, nil
+				continue
+			}
+			in, keep = true, strings.TrimPrefix(line, "```") == info
+			continue
+		}
+		if in {
+			cur = append(cur, line)
+		}
+	}
+	return out
 }

@@ -160,13 +160,14 @@ func (v *servingStats) write(w io.Writer, o *Options, cfg *sim.Config, res *sim.
 	if o.PD {
 		header(fmt.Sprintf("P/D: router → %s → %s over a %g Gb/s link; %d KV transfers, %d failed (recomputed on %s), %.2f GB of %d tokens",
 			cfg.PD.Prefill, cfg.PD.Decode, cfg.PD.LinkGbps, v.transfers, v.kvFailed, cfg.PD.Decode, float64(v.kvBytes)/1e9, v.kvTokens))
+		fmt.Fprintf(w, "  (the table above is the client's view, at the router; queueing and prefill happen on the instances)\n")
 		fmt.Fprintf(w, "  %-34s %8s %10s %10s %10s %10s\n", "stage", "count", "p50", "p90", "p99", "max")
 		statRow(w, "router: send to P → P's response", v.pdPrefill, secs)
 		statRow(w, "router: send to D → first token", v.pdDecodeTTFT, secs)
 		statRow(w, "P: TTFT (its own arrival)", v.prefill.TTFT, secs)
 		statRow(w, "P: queue", v.prefill.Queue, secs)
 		statRow(w, "D: TTFT (its own arrival)", v.decode.TTFT, secs)
-		statRow(w, "D: queue (the waits around the load)", v.decode.Queue, secs)
+		statRow(w, "D: queue (the waits around it)", v.decode.Queue, secs)
 		statRow(w, "D: KV transfer", v.kvTime, secs)
 		statRow(w, "D: transfer throughput (GB/s)", v.kvGBps, func(x float64) string { return fmt.Sprintf("%.2f", x) })
 		fmt.Fprintf(w, "  preemptions: %d on %s, %d on %s\n", v.prefill.Preemptions, cfg.PD.Prefill, v.decode.Preemptions, cfg.PD.Decode)

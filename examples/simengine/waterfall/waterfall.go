@@ -195,11 +195,17 @@ func label(p Phase, s sdktrace.ReadOnlySpan) string {
 	a := s.Attributes()
 	switch p {
 	case PhaseRequest:
+		var tags []string
 		if v, ok := attr(a, attributes.PDRole); ok {
-			return " [" + v.AsString() + "]"
+			tags = append(tags, v.AsString())
+		} else if _, ok := attr(a, attributes.PDPrefillDuration); ok {
+			tags = append(tags, "router")
 		}
-		if _, ok := attr(a, attributes.PDPrefillDuration); ok {
-			return " [router]"
+		if v, ok := attr(a, attributes.LoRAAdapter); ok {
+			tags = append(tags, "lora "+v.AsString())
+		}
+		if len(tags) > 0 {
+			return " [" + strings.Join(tags, ", ") + "]"
 		}
 	case PhaseQueue:
 		reason := attributes.QueueReasonNew
