@@ -132,7 +132,7 @@ func TestREADMEModernServing(t *testing.T) {
 
 	// The update logs, and what the text says replay derives from them.
 	want := map[string]map[string]any{
-		"req-478/decode": {"kv_transfer_duration_s": 0.0071, "num_remote_tokens": 628.0, "kv_transfer_bytes": 82313216.0, "queue_duration_s": 0.002},
+		"req-478/decode":  {"kv_transfer_duration_s": 0.0071, "num_remote_tokens": 628.0, "kv_transfer_bytes": 82313216.0, "queue_duration_s": 0.002},
 		"req-478/prefill": {"finish_reason": "remote_decode", "num_output_tokens": 1.0},
 		"s1":              {"num_draft_tokens": 12.0, "num_accepted_tokens": 6.0, "num_spec_steps": 3.0, "spec_acceptance_rate": 0.5, "spec_mean_acceptance_length": 3.0, "num_output_tokens": 10.0},
 		"l1":              {"lora_adapter": "chat-lora", "model": "llama-3-8b"},
