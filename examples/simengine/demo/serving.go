@@ -95,11 +95,16 @@ func (v *servingStats) addClient(s *otelstats.RequestStats) {
 // addEngine takes an engine's view of a request: the unified engine's, or
 // a P/D instance's.
 func (v *servingStats) addEngine(s *otelstats.RequestStats) {
-	switch s.PDRole {
-	case otelstats.PDRolePrefill:
-		v.prefill.Add(s)
-	case otelstats.PDRoleDecode:
-		v.decode.Add(s)
+	if s.PDRole != "" {
+		// The instance tables use TTFT and queue; the client's table
+		// has the ITLs already.
+		cp := *s
+		cp.OutputTokenLatencies = nil
+		if s.PDRole == otelstats.PDRolePrefill {
+			v.prefill.Add(&cp)
+		} else {
+			v.decode.Add(&cp)
+		}
 	}
 	if s.KVSource != "" {
 		v.transfers++
