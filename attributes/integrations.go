@@ -44,6 +44,27 @@ const (
 	CollectorError attribute.Key = "llm.collector.error"
 )
 
+// HTTP convention keys the HTTP layer (openaihttp) sets; they are the same
+// in every version since the HTTP conventions became stable (v1.23), so its
+// spans and metrics read like otelhttp's.
+const (
+	HTTPRequestMethod      = semconv.HTTPRequestMethodKey
+	HTTPRoute              = semconv.HTTPRouteKey
+	URLScheme              = semconv.URLSchemeKey
+	URLFull                = semconv.URLFullKey
+	NetworkProtocolName    = semconv.NetworkProtocolNameKey
+	NetworkProtocolVersion = semconv.NetworkProtocolVersionKey
+	UserAgentOriginal      = semconv.UserAgentOriginalKey
+	ClientAddress          = semconv.ClientAddressKey
+	// HTTPRequestBody says why a traced request's body named no model:
+	// not_json, no_model, model_too_long, or unread (beyond what the layer
+	// reads).
+	HTTPRequestBody attribute.Key = "llm.http.request_body"
+	// MetricHTTPBodyBudgetRefused counts buffers of bodies the layer did not
+	// grow because its memory budget was spent.
+	MetricHTTPBodyBudgetRefused = "llm.http.body_budget.refused"
+)
+
 // The reconstruction's counter (package reconstruct, the Collector
 // connector): values of engines' request spans that contradicted each
 // other and were clamped or dropped (SPEC §10).

@@ -32,10 +32,7 @@ func check(u *Update) (Side, *RejectError) {
 	if u.Time.IsZero() || u.Time.Before(minTime) || u.Time.After(maxTime) {
 		return side, reject(u, side, ReasonBadTimestamp, "time must lie between 1970 and 2200")
 	}
-	if f := payloadChecks[u.Kind]; f != nil {
-		return side, f(u, side)
-	}
-	return side, nil
+	return side, checkPayload(u, side)
 }
 
 // resolveSide is the side u is recorded by: its own, or its kind's.
@@ -54,20 +51,31 @@ func resolveSide(u *Update) (Side, *RejectError) {
 	return side, nil
 }
 
-// payloadChecks are the per-kind checks of an update's payload (SPEC §1:
-// each kind's required payload is present and sane).
-var payloadChecks = [kindCount]func(*Update, Side) *RejectError{
-	KindArrived: checkArrived,
-	KindInputProcessed: func(u *Update, s Side) *RejectError {
-		return checkCounts(u, s, namedCount{u.NumPromptTokens, "num_prompt_tokens"})
-	},
-	KindPrefilling:    checkPrefilling,
-	KindDecoding:      checkDecoding,
-	KindDetokenized:   checkDetokenized,
-	KindFinished:      checkFinished,
-	KindRemoteKVWait:  checkKVWait,
-	KindRemoteKVReady: checkKVReady,
-	KindEncoding:      checkEncoding,
+// checkPayload is the per-kind check of an update's payload (SPEC §1: each
+// kind's required payload is present and sane). A switch, not a table of
+// functions: an indirect call would make every Update escape to the heap.
+func checkPayload(u *Update, side Side) *RejectError {
+	switch u.Kind {
+	case KindArrived:
+		return checkArrived(u, side)
+	case KindInputProcessed:
+		return checkCounts(u, side, namedCount{u.NumPromptTokens, "num_prompt_tokens"})
+	case KindPrefilling:
+		return checkPrefilling(u, side)
+	case KindDecoding:
+		return checkDecoding(u, side)
+	case KindDetokenized:
+		return checkDetokenized(u, side)
+	case KindFinished:
+		return checkFinished(u, side)
+	case KindRemoteKVWait:
+		return checkKVWait(u, side)
+	case KindRemoteKVReady:
+		return checkKVReady(u, side)
+	case KindEncoding:
+		return checkEncoding(u, side)
+	}
+	return nil
 }
 
 func checkArrived(u *Update, side Side) *RejectError {

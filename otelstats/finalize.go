@@ -92,6 +92,9 @@ func (t *Tracker) finalize(r *reqState, override string) {
 	for _, f := range t.cfg.onFinish {
 		f(s)
 	}
+	if r.extra != nil && r.extra.onFinish != nil {
+		r.extra.onFinish(s)
+	}
 }
 
 // materialize computes RequestStats (SPEC §2, §7–9) from r.
@@ -113,7 +116,7 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 		PDRole:                   r.pdRole,
 		LoRAAdapter:              r.adapter,
 	}
-	if len(t.cfg.onFinish) > 0 {
+	if len(t.cfg.onFinish) > 0 || r.extra != nil && r.extra.onFinish != nil {
 		// Only hooks see RequestStats: format the ids for them alone.
 		s.TraceID, s.SpanID = hex.EncodeToString(r.traceID[:]), hex.EncodeToString(r.spanID[:])
 	}

@@ -2,8 +2,10 @@ package otelstats
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -23,6 +25,17 @@ type Arrival struct {
 	// its trace: an untrusted caller's, whose trace id the request must
 	// not adopt, stays reachable from the request's own new trace.
 	Link trace.SpanContext
+	// TraceID, when valid and ctx carries no parent, is the trace id of
+	// the request's root span instead of a fresh one: for a proxy that
+	// sends the traceparent upstream before the body has told it the
+	// model Arrive needs.
+	TraceID trace.TraceID
+	// OnFinish, when set, is called with the request's stats once it has
+	// finished, after the tracker's WithOnFinish hooks and on the same
+	// goroutine: the caller of the FINISHED that completed it, or the
+	// sweep, eviction or Shutdown that ended it. It must not retain the
+	// pointer. An HTTP layer learns here whether the trace was kept.
+	OnFinish func(*RequestStats)
 	// PDRole is this instance's part in disaggregated serving (PDRolePrefill,
 	// PDRoleDecode; empty on a unified instance, SPEC §7).
 	PDRole string
@@ -63,7 +76,7 @@ func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, e
 	if rerr != nil {
 		return &Request{t: t}, t.rejected(rerr)
 	}
-	r, err := t.arrive(&u, ns, trace.SpanContextFromContext(ctx))
+	r, err := t.arrive(&u, ns, trace.SpanContextFromContext(ctx), &a)
 	if err != nil {
 		return &Request{t: t}, err
 	}
@@ -96,6 +109,89 @@ func (q *Request) Context(ctx context.Context) context.Context {
 		return ctx
 	}
 	return trace.ContextWithSpanContext(ctx, spanContextOf(q.r))
+}
+
+// SetAttributes adds attributes to the request's root span, such as an
+// HTTP layer's http.* keys; the caller bounds their values. At most
+// MaxRootAttributes are kept; further ones are dropped and counted in
+// llm.attributes.truncated. It fails once the request has finished.
+func (q *Request) SetAttributes(kvs ...attribute.KeyValue) error {
+	t, r := q.t, q.r
+	if r == nil {
+		return errNotArrived
+	}
+	r.mu.Lock()
+	if r.done.Load() {
+		r.mu.Unlock()
+		return reject(&Update{RequestID: r.id}, SideFrontend, ReasonAfterFinished, "the request has finished")
+	}
+	x := r.ext()
+	n := max(min(len(kvs), MaxRootAttributes-len(x.attrs)), 0)
+	x.attrs = append(x.attrs, kvs[:n]...)
+	r.mu.Unlock()
+	for _, kv := range kvs[n:] {
+		t.inst.countTruncated(kv.Key)
+	}
+	return nil
+}
+
+// errNotArrived is SetAttributes' error on the handle of a rejected
+// arrival.
+var errNotArrived = errors.New("llmtrace: the request's arrival was rejected")
+
+// Progress is what the tracker knows of the request at now while it is in
+// flight: the fields of RequestStats whose instants have happened, with
+// E2ELatency, DecodeLatency and InferenceLatency running up to now (or to
+// the engine's FINISHED). ok is false once the request has finished; its
+// final stats go to the OnFinish hooks. An HTTP layer uses it for the
+// Server-Timing header of a response that is not streamed.
+func (q *Request) Progress(now time.Time) (s RequestStats, ok bool) {
+	r := q.r
+	if r == nil {
+		return s, false
+	}
+	ns := q.t.ns(now)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done.Load() {
+		return s, false
+	}
+	end := max(ns, r.arrived)
+	s = RequestStats{RequestID: r.id, Scope: r.scope, Model: r.model, Operation: r.operation,
+		ArrivalTime: tm(r.arrived), E2ELatency: some(time.Duration(end - r.arrived))}
+	if r.prompt >= 0 {
+		s.NumPromptTokens = Count{int(r.prompt), true}
+	}
+	if r.cached >= 0 {
+		s.NumCachedTokens = Count{int(r.cached), true}
+	}
+	first := int64(0)
+	switch {
+	case r.feDeliv > 0:
+		first, s.NumOutputTokens = r.feFirst, int(r.feTokens)
+	case r.enDeliv > 0:
+		first, s.NumOutputTokens = r.enFirst, int(r.enTokens)
+	}
+	in := func(v int64) int64 { return min(max(v, r.arrived), end) }
+	stop := end
+	if r.enFinish != 0 {
+		stop = in(r.enFinish)
+	}
+	if r.firstQueued != 0 && r.firstPrefill != 0 {
+		s.QueueDuration = some(time.Duration(in(r.firstPrefill) - in(r.firstQueued)))
+	}
+	if r.firstPrefill != 0 {
+		s.InferenceLatency = some(time.Duration(max(stop-in(r.firstPrefill), 0)))
+	}
+	if first != 0 {
+		first = in(first)
+		s.FirstTokenLatency = some(time.Duration(first - r.arrived))
+		s.DecodeLatency = some(time.Duration(max(stop-first, 0)))
+		if r.firstPrefill != 0 {
+			s.PrefillLatency = some(time.Duration(max(first-in(r.firstPrefill), 0)))
+		}
+	}
+	return s, true
 }
 
 // InputProcessed records INPUT_PROCESSED: tokenization and templating done.

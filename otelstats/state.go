@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
@@ -119,6 +120,8 @@ type reqExtra struct {
 	deliveries []int64 // DetailTokens: frontend token deliveries
 	// Captured content (ContentCapture only): already redacted and capped.
 	input, output string
+	attrs         []attribute.KeyValue // Request.SetAttributes
+	onFinish      func(*RequestStats)  // Arrival.OnFinish
 }
 
 type stepRec struct {

@@ -174,6 +174,7 @@ func (t *Tracker) rootAttrs(r *reqState, s *RequestStats, a []attribute.KeyValue
 		if x.output != "" {
 			a = append(a, attributes.OutputMessages.String(x.output))
 		}
+		a = append(a, x.attrs...)
 	}
 	a = appendServingAttrs(a, s)
 	a = append(a, attributes.SamplingReason.String(s.SamplingReason))

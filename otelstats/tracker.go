@@ -224,7 +224,7 @@ func (t *Tracker) record(u *Update, ns int64) error {
 		return t.rejected(rerr)
 	}
 	if u.Kind == KindArrived {
-		_, err := t.arrive(u, ns, trace.SpanContext{})
+		_, err := t.arrive(u, ns, trace.SpanContext{}, nil)
 		return err
 	}
 	sh := t.shardFor(u.RequestID)
@@ -313,7 +313,7 @@ func (t *Tracker) rejected(e *RejectError) error {
 }
 
 // arrive creates a request and applies any updates held for it.
-func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqState, error) {
+func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext, a *Arrival) (*reqState, error) {
 	sh := t.shardFor(u.RequestID)
 	sh.mu.Lock()
 	if t.closed.Load() {
@@ -335,7 +335,7 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext) (*reqSta
 			sh.unlink(evicted)
 		}
 	}
-	r := t.newRequest(u, ns, parent, sh)
+	r := t.newRequest(u, ns, parent, a, sh)
 	r.next = sh.reqs[u.RequestID]
 	sh.reqs[u.RequestID] = r
 	t.inflight.Add(1)
@@ -392,8 +392,9 @@ func (sh *shard) reuse(u *Update) (ended *reqState, rerr *RejectError) {
 	return nil, nil
 }
 
-// newRequest is the state of a request that ARRIVED (u) at ns.
-func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, sh *shard) *reqState {
+// newRequest is the state of a request that ARRIVED (u) at ns; a, when
+// set, is the Arrival it came with (Arrive).
+func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *Arrival, sh *shard) *reqState {
 	op := u.Operation
 	if op == "" {
 		op = "chat"
@@ -416,11 +417,17 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, sh *
 	if u.link.IsValid() {
 		r.ext().link = u.link
 	}
-	if parent.IsValid() {
+	switch {
+	case parent.IsValid():
 		r.ext().parent = parent
 		r.traceID = parent.TraceID()
-	} else {
+	case a != nil && a.TraceID.IsValid():
+		r.traceID = a.TraceID
+	default:
 		r.traceID = spans.NewTraceID()
+	}
+	if a != nil && a.OnFinish != nil {
+		r.ext().onFinish = a.OnFinish
 	}
 	r.spanID = spans.NewSpanID()
 	return r

@@ -263,7 +263,9 @@ const (
 	MaxStopSequences = 8  // more are dropped
 	MaxStopLength    = 128
 	MaxTokenCount    = 1 << 30
-	maxNewTokensStep = 1 << 20
+	// MaxRootAttributes bounds the attributes Request.SetAttributes adds.
+	MaxRootAttributes = 32
+	maxNewTokensStep  = 1 << 20
 )
 
 // minTime and maxTime bound acceptable timestamps: 1970 to 2200. Times are

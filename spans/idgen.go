@@ -64,3 +64,12 @@ func NewSpanID() trace.SpanID {
 	}
 	return s
 }
+
+// ContextWithIDs returns ctx asking IDGenerator to give the next span
+// started in it trace id tid and span id sid (a child gets sid when its
+// parent's trace is tid): for a span whose id had to be propagated before
+// the span could be built, such as a proxy's call upstream, emitted once
+// the request has ended.
+func ContextWithIDs(ctx context.Context, tid trace.TraceID, sid trace.SpanID) context.Context {
+	return withPresetIDs(ctx, tid, sid)
+}

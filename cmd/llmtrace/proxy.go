@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,12 +11,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
-	"github.com/llmtrace/llmtrace/internal/proxy"
 	"github.com/llmtrace/llmtrace/internal/spanlog"
+	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
@@ -29,107 +29,166 @@ func init() {
 	}
 }
 
-// runProxy serves until ctx ends. ready, when set, gets the address it
-// listens on.
-func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) int {
+// proxyConfig is what the proxy's flags say.
+type proxyConfig struct {
+	listen, metricsListen string
+	upstream              *url.URL
+	trust, public         bool
+	serverTiming          bool
+	stall                 openaihttp.StallPolicy
+	models                []string
+	modelsWait            time.Duration
+	statsOut, spansOut    string
+	statsLog, drain       time.Duration
+	bodyBudget            int64
+	eventLimit            int
+
+	readHeaderTimeout, readTimeout, idleTimeout time.Duration
+	maxHeaderBytes                              int
+	transport                                   openaihttp.TransportConfig
+}
+
+// Defaults of the proxy's server bounds.
+const (
+	defaultReadHeaderTimeout = 10 * time.Second
+	// The whole request, body included: a 15 MB prompt over a slow link
+	// takes a while, a client that sends nothing must not hold a
+	// connection for ever.
+	defaultReadTimeout    = 5 * time.Minute
+	defaultIdleTimeout    = 2 * time.Minute
+	defaultMaxHeaderBytes = 64 << 10
+)
+
+func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8080", "address clients connect to")
-	upstream := fs.String("upstream", "", "the OpenAI-compatible server, e.g. http://127.0.0.1:8000 (required)")
-	trust := fs.Bool("trust-traceparent", false, "let callers' traceparent sampled flag decide whether a trace is kept (SPEC §6)")
-	stallFactor := fs.Float64("stall-factor", proxy.DefaultStallFactor, "a gap between chunks this many times the request's median gap is a stall…")
-	stallMin := fs.Duration("stall-min", proxy.DefaultStallMin, "…when it is also longer than this")
-	maxBody := fs.Int64("max-body", proxy.DefaultMaxBody, "request bodies read ahead to learn the model; longer ones pass untraced")
-	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus /metrics on this address")
-	statsOut := fs.String("stats-out", "", "write one RequestStats JSON object per finished request to FILE (- for stdout)")
-	spansOut := fs.String("spans-out", "", "write every span as a JSON line to FILE (- for stdout)")
-	statsLog := fs.Duration("stats-log", 10*time.Second, "interval of the stats line on stderr (0: off)")
-	drain := fs.Duration("drain", 30*time.Second, "on SIGINT/SIGTERM, how long running streams may finish")
+	c := &proxyConfig{}
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address clients connect to")
+	upstream := fs.String("upstream", "", "the OpenAI-compatible server's base URL, e.g. http://127.0.0.1:8000 or http://127.0.0.1:11434/v1 (required)")
+	fs.BoolVar(&c.trust, "trust-traceparent", false, "let callers' traceparent sampled flag decide whether a trace is kept (SPEC §6)")
+	fs.BoolVar(&c.public, "public", false, "a public endpoint: never join a caller's trace; start a new one linked to the caller's span")
+	fs.BoolVar(&c.serverTiming, "server-timing", false, "tell clients their request's queue, ttft, prefill, decode and e2e times and traceparent (Server-Timing header; trailer on streams)")
+	fs.Float64Var(&c.stall.Factor, "stall-factor", openaihttp.DefaultStallFactor, "a gap between chunks this many times the request's median gap is a stall…")
+	fs.DurationVar(&c.stall.Min, "stall-min", openaihttp.DefaultStallMin, "…when it is also longer than this")
+	models := fs.String("models", "", "comma-separated models that keep their own metric series (default: the upstream's /v1/models)")
+	fs.DurationVar(&c.modelsWait, "models-wait", 10*time.Second, "without -models, how long to ask the upstream's /v1/models at start (0: don't; then the first 64 models whose requests succeed keep their series)")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address")
+	fs.StringVar(&c.statsOut, "stats-out", "", "write one RequestStats JSON object per finished request to FILE (- for stdout)")
+	fs.StringVar(&c.spansOut, "spans-out", "", "write every span as a JSON line to FILE (- for stdout), flushed every second")
+	fs.DurationVar(&c.statsLog, "stats-log", 10*time.Second, "interval of the stats line on stderr (0: off)")
+	fs.DurationVar(&c.drain, "drain", 30*time.Second, "on SIGINT/SIGTERM, how long running streams may finish")
+	fs.Int64Var(&c.bodyBudget, "body-budget", openaihttp.DefaultBodyBudget, "bytes of bodies held at once over all requests (SSE events, response fields); past it they pass unread")
+	fs.IntVar(&c.eventLimit, "event-limit", openaihttp.DefaultEventLimit, "bytes of one SSE event, or of a JSON response's choices, read; longer ones pass unread")
+	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time a client has to send its request headers")
+	fs.DurationVar(&c.readTimeout, "read-timeout", defaultReadTimeout, "time a client has to send its whole request, body included (0: none)")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection is kept")
+	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "largest request header block accepted")
+	fs.DurationVar(&c.transport.ResponseHeaderTimeout, "upstream-header-timeout", openaihttp.DefaultResponseHeaderTimeout,
+		"how long the upstream may take to send its response headers (a response that is not streamed sends them when it is done)")
+	fs.DurationVar(&c.transport.DialTimeout, "upstream-dial-timeout", openaihttp.DefaultDialTimeout, "how long connecting to the upstream may take")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: llmtrace proxy -upstream URL [-listen ADDR] [flags]\n\n"+
-			"Proxies every request to the upstream, streaming responses through unbuffered.\n"+
+			"Proxies every request to the upstream, streaming bodies both ways without holding them.\n"+
 			"POST /v1/chat/completions, /v1/completions, /v1/responses and /v1/embeddings\n"+
 			"become traces and metrics (OTLP when OTEL_* is set); the traceparent sent\n"+
 			"upstream puts the engine's own spans into the same trace.\n\nflags:")
 		fs.PrintDefaults()
 	}
+	return fs, func() (*proxyConfig, error) {
+		up, err := url.Parse(*upstream)
+		switch {
+		case *upstream == "":
+			return nil, errors.New("-upstream is required")
+		case err != nil:
+			return nil, fmt.Errorf("-upstream %q: %v", *upstream, err)
+		case up.Scheme != "http" && up.Scheme != "https" || up.Host == "":
+			return nil, fmt.Errorf("-upstream %q: want http://host:port or https://host:port, with an optional base path", *upstream)
+		case c.maxHeaderBytes <= 0 || c.bodyBudget <= 0 || c.eventLimit <= 0:
+			return nil, errors.New("-max-header-bytes, -body-budget and -event-limit must be positive")
+		}
+		c.upstream = up
+		for _, m := range strings.Split(*models, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				c.models = append(c.models, m)
+			}
+		}
+		return c, nil
+	}
+}
+
+// runProxy serves until ctx ends. ready, when set, gets the address it
+// listens on.
+func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) int {
+	fs, config := proxyFlags(stderr)
 	if code, ok := parseFlags(fs, args, 2); !ok {
 		return code
 	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "llmtrace proxy: "+format+"\n", a...)
-		return 1
-	}
-	up, err := url.Parse(*upstream)
-	if *upstream == "" || err != nil || up.Host == "" || (up.Scheme != "http" && up.Scheme != "https") {
+	c, err := config()
+	if err != nil {
+		fmt.Fprintf(stderr, "llmtrace proxy: %v\n", err)
 		fs.Usage()
 		return 2
 	}
+	if err := serveProxy(ctx, c, stdout, stderr, ready); err != nil {
+		fmt.Fprintf(stderr, "llmtrace proxy: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// serveProxy runs the proxy c describes until ctx ends.
+func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, ready func(addr string)) (err error) {
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-
-	l, err := net.Listen("tcp", *listen)
+	l, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		return fail("%v", err)
+		return err
 	}
+	defer l.Close()
 	var ml net.Listener
-	if *metricsAddr != "" {
-		if ml, err = net.Listen("tcp", *metricsAddr); err != nil {
-			l.Close()
-			return fail("%v", err)
+	if c.metricsListen != "" {
+		if ml, err = net.Listen("tcp", c.metricsListen); err != nil {
+			return err
 		}
+		defer ml.Close()
 	}
-	closeListeners := func() {
-		l.Close()
-		if ml != nil {
-			ml.Close()
-		}
-	}
-
 	cfg := otelconf.Config{ServiceName: "llmtrace-proxy", Prometheus: ml != nil}
-	if *spansOut != "" {
-		w := stdout
-		if *spansOut != "-" {
-			f, err := os.Create(*spansOut)
-			if err != nil {
-				closeListeners()
-				return fail("%v", err)
-			}
-			w = f
-		}
-		cfg.SpanProcessors = []sdktrace.SpanProcessor{spanlog.New(w, w != stdout)}
+	stopSpans, err := spansOut(c.spansOut, stdout, &cfg)
+	if err != nil {
+		return err
 	}
 	prov, err := otelconf.Setup(ctx, cfg)
 	if err != nil {
-		closeListeners()
-		return fail("telemetry setup: %v", err)
+		return fmt.Errorf("telemetry setup: %w", err)
 	}
-	opts := append(prov.TrackerOptions(),
-		otelstats.WithTrustParentSampling(*trust),
-		otelstats.WithAutoSweep(time.Second),
-	)
-	if *statsLog > 0 {
-		opts = append(opts, otelstats.WithStatsLog(logger, *statsLog))
+	transport := openaihttp.NewTransport(c.transport)
+	opts := append(prov.TrackerOptions(), otelstats.WithTrustParentSampling(c.trust), otelstats.WithAutoSweep(time.Second))
+	if models := proxyModels(ctx, c, transport, logger); len(models) > 0 {
+		opts = append(opts, otelstats.WithModels(models...))
+	}
+	if c.statsLog > 0 {
+		opts = append(opts, otelstats.WithStatsLog(logger, c.statsLog))
 	}
 	var sink *statsSink
-	if *statsOut != "" {
-		if sink, err = openStatsSink(*statsOut, stdout, true); err != nil {
-			closeListeners()
+	if c.statsOut != "" {
+		if sink, err = openStatsSink(c.statsOut, stdout, true); err != nil {
 			_ = prov.Shutdown(context.Background())
-			return fail("%v", err)
+			return err
 		}
 		opts = append(opts, otelstats.WithOnFinish(sink.write))
 	}
-	p, err := proxy.New(proxy.Config{
-		Upstream: up, TracerProvider: prov.TracerProvider, MeterProvider: prov.MeterProvider,
-		MaxBody: *maxBody, Stall: proxy.StallPolicy{Factor: *stallFactor, Min: *stallMin}, Logger: logger,
-	}, opts...)
+	tracker, err := otelstats.NewTracker(opts...)
 	if err != nil {
-		closeListeners()
 		_ = prov.Shutdown(context.Background())
-		return fail("%v", err)
+		return err
 	}
-
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
+	p, err := openaihttp.NewProxy(c.upstream, tracker, c.proxyOptions(prov, transport, logger)...)
+	if err != nil {
+		_ = tracker.Shutdown(context.Background())
+		_ = prov.Shutdown(context.Background())
+		return err
+	}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout,
+		IdleTimeout: c.idleTimeout, MaxHeaderBytes: c.maxHeaderBytes}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(l) }()
 	var msrv *http.Server
@@ -137,33 +196,115 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 		msrv = &http.Server{Handler: prov.MetricsHandler, ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- msrv.Serve(ml) }()
 	}
-	logger.Info("proxying", "listen", l.Addr().String(), "upstream", up.String())
+	logger.Info("proxying", "listen", l.Addr().String(), "upstream", c.upstream.String())
 	if ready != nil {
 		ready(l.Addr().String())
 	}
-	status := 0
 	select {
 	case <-ctx.Done():
-	case err := <-errc:
-		logger.Error("serving failed", "err", err)
-		status = 1
+	case err = <-errc:
+		err = fmt.Errorf("serving: %w", err)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	sctx, cancel := context.WithTimeout(context.Background(), c.drain)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	if srv.Shutdown(sctx) != nil {
 		_ = srv.Close()
 	}
 	if msrv != nil {
 		_ = msrv.Close()
 	}
+	p.CloseIdleConnections()
 	fctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
-	_ = p.Shutdown(fctx)
-	if err := prov.Shutdown(fctx); err != nil {
-		logger.Warn("export", "err", err)
+	_ = tracker.Shutdown(fctx)
+	stopSpans()
+	if serr := prov.Shutdown(fctx); serr != nil {
+		logger.Warn("export", "err", serr)
 	}
 	if sink != nil {
 		_ = sink.close()
 	}
-	return status
+	return err
+}
+
+func (c *proxyConfig) proxyOptions(prov *otelconf.Providers, t http.RoundTripper, logger *slog.Logger) []openaihttp.Option {
+	opts := []openaihttp.Option{
+		openaihttp.WithTracerProvider(prov.TracerProvider), openaihttp.WithMeterProvider(prov.MeterProvider),
+		openaihttp.WithTransport(t), openaihttp.WithStallPolicy(c.stall), openaihttp.WithLogger(logger),
+		openaihttp.WithTrustIncomingSampling(c.trust), openaihttp.WithServerTiming(c.serverTiming),
+		openaihttp.WithBodyBudget(c.bodyBudget), openaihttp.WithEventLimit(c.eventLimit),
+	}
+	if c.public {
+		opts = append(opts, openaihttp.WithPublicEndpoint())
+	}
+	return opts
+}
+
+// proxyModels decides which models keep their own metric series: -models,
+// else what the upstream's /v1/models lists (asked until -models-wait
+// passes: the engine may be starting beside us), and openaihttp's
+// UnknownModel beside them. Without either, the tracker's default: the
+// first 64 models whose requests succeed (junk names get a 404, so they
+// never earn one).
+func proxyModels(ctx context.Context, c *proxyConfig, t http.RoundTripper, logger *slog.Logger) []string {
+	models := c.models
+	if len(models) == 0 && c.modelsWait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, c.modelsWait)
+		defer cancel()
+		client := &http.Client{Transport: t, Timeout: 5 * time.Second}
+		var err error
+		for {
+			if models, err = openaihttp.UpstreamModels(wctx, client, c.upstream); err == nil {
+				logger.Info("models from the upstream", "models", models)
+				break
+			}
+			select {
+			case <-wctx.Done():
+				logger.Warn("no model list from the upstream; the first 64 models whose requests succeed keep their own metric series (set -models)", "err", err)
+				return nil
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}
+	if len(models) == 0 {
+		return nil
+	}
+	return append(models, openaihttp.UnknownModel)
+}
+
+// spansOut adds the -spans-out writer to cfg, flushed every second so that
+// a reader tailing it sees spans as they end; stop flushes and ends it.
+func spansOut(name string, stdout io.Writer, cfg *otelconf.Config) (stop func(), err error) {
+	if name == "" {
+		return func() {}, nil
+	}
+	w := stdout
+	if name != "-" {
+		f, err := os.Create(name)
+		if err != nil {
+			return nil, err
+		}
+		w = f
+	}
+	proc := spanlog.New(w, w != stdout)
+	cfg.SpanProcessors = append(cfg.SpanProcessors, proc)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				_ = proc.ForceFlush(context.Background())
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}, nil
 }

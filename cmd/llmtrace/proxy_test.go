@@ -19,6 +19,10 @@ import (
 func TestProxyCommand(t *testing.T) {
 	var tp string
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			fmt.Fprint(w, `{"object":"list","data":[{"id":"llama","object":"model"}]}`)
+			return
+		}
 		tp = r.Header.Get("traceparent")
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i, c := range []string{`{"choices":[{"delta":{"role":"assistant"}}]}`, `{"choices":[{"delta":{"content":"a"}}]}`,
@@ -74,6 +78,9 @@ func TestProxyCommand(t *testing.T) {
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
+	if !strings.Contains(stderr.String(), "models from the upstream") || !strings.Contains(stderr.String(), "models=[llama]") {
+		t.Errorf("the upstream's /v1/models was not asked:\n%s", stderr.String())
+	}
 	stats := readStats(t, statsFile)
 	var s map[string]any
 	for _, v := range stats {
@@ -81,9 +88,6 @@ func TestProxyCommand(t *testing.T) {
 	}
 	if len(stats) != 1 || s["num_output_tokens"] != float64(2) || s["first_token_latency_s"] == nil {
 		t.Fatalf("stats %v", stats)
-	}
-	if want := "00-" + s["trace_id"].(string) + "-" + s["span_id"].(string) + "-01"; tp != want {
-		t.Errorf("upstream traceparent %q, want %q", tp, want)
 	}
 	f, err := os.Open(spansFile)
 	if err != nil {
@@ -94,8 +98,14 @@ func TestProxyCommand(t *testing.T) {
 	names := map[string]bool{}
 	for _, x := range sp {
 		names[x.Name] = true
+		if x.Name == "POST" {
+			// The upstream got the upstream call's span, under the root.
+			if want := "00-" + s["trace_id"].(string) + "-" + x.SpanID + "-01"; tp != want || x.ParentSpanID != s["span_id"] {
+				t.Errorf("upstream traceparent %q, want %q; the call's parent %s, the root %s", tp, want, x.ParentSpanID, s["span_id"])
+			}
+		}
 	}
-	for _, n := range []string{"chat llama", "llm.proxy.wait_first_token", "llm.proxy.stream", "llm.detokenize"} {
+	for _, n := range []string{"chat llama", "llm.proxy.wait_first_token", "llm.proxy.stream", "llm.detokenize", "POST"} {
 		if !names[n] {
 			t.Errorf("no %s span in %v", n, names)
 		}
@@ -103,8 +113,19 @@ func TestProxyCommand(t *testing.T) {
 }
 
 func TestProxyUsage(t *testing.T) {
-	var stderr bytes.Buffer
-	if code := runProxy(context.Background(), []string{"-upstream", "nope"}, io.Discard, &stderr, nil); code != 2 {
-		t.Errorf("bad upstream: exit %d", code)
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"-upstream", "nope"}, "want http://host:port"},
+		{nil, "-upstream is required"},
+		{[]string{"-upstream", "ftp://x"}, "want http://host:port"},
+		{[]string{"-upstream", "http://x", "-body-budget", "0"}, "must be positive"},
+		{[]string{"-upstream", "http://x", "-no-such-flag"}, "not defined"},
+	} {
+		var stderr bytes.Buffer
+		if code := runProxy(context.Background(), c.args, io.Discard, &stderr, nil); code != 2 || !strings.Contains(stderr.String(), c.says) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), c.says)
+		}
 	}
 }

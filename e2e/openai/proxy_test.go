@@ -148,7 +148,9 @@ func freePort(t *testing.T) string {
 	return addr
 }
 
-func startProxy(t *testing.T, upstreamURL string) *proxyProc {
+// startProxy runs `llmtrace proxy` to upstreamURL with -spans-out and
+// -stats-out in a temp dir, and extra flags.
+func startProxy(t *testing.T, upstreamURL string, extra ...string) *proxyProc {
 	t.Helper()
 	bin := llmtraceBinary(t)
 	dir := t.TempDir()
@@ -167,8 +169,8 @@ func startProxy(t *testing.T, upstreamURL string) *proxyProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(bin, "proxy", "-listen", addr, "-upstream", upstreamURL,
-		"-spans-out", p.spansPath, "-stats-out", p.statsPath, "-stats-log", "0")
+	p.cmd = exec.Command(bin, append([]string{"proxy", "-listen", addr, "-upstream", upstreamURL,
+		"-spans-out", p.spansPath, "-stats-out", p.statsPath, "-stats-log", "0"}, extra...)...)
 	// *os.File outputs: no copying goroutines in the test process.
 	p.cmd.Stdout, p.cmd.Stderr = outF, errF
 	for _, kv := range os.Environ() { // no OTLP export from the developer's environment
@@ -298,9 +300,10 @@ type proxyTrace struct {
 }
 
 // traces checks the dumps after the proxy stopped: one trace per upstream
-// request, each the traceparent's trace, with a SERVER root "chat toy" and
-// exactly the children wantChildren, inside the root and parented to it.
-// It returns them in the order the upstream received the requests.
+// request, each the traceparent's trace, with a SERVER root "chat toy", a
+// CLIENT span "POST" (the upstream call) whose id the traceparent carries,
+// and exactly the children wantChildren, inside the root and parented to
+// it. It returns them in the order the upstream received the requests.
 func (p *proxyProc) traces(t *testing.T, tps []string, wantChildren ...string) []proxyTrace {
 	t.Helper()
 	spans := readLines[jsonSpan](t, p.spansPath)
@@ -312,7 +315,7 @@ func (p *proxyProc) traces(t *testing.T, tps []string, wantChildren ...string) [
 	if len(byTrace) != len(tps) || len(stats) != len(tps) {
 		t.Fatalf("%d traces and %d stats lines for %d upstream requests", len(byTrace), len(stats), len(tps))
 	}
-	want := append([]string{"chat toy"}, wantChildren...)
+	want := append([]string{"chat toy", "POST"}, wantChildren...)
 	slices.Sort(want)
 	var out []proxyTrace
 	for _, tp := range tps {
@@ -335,15 +338,15 @@ func (p *proxyProc) traces(t *testing.T, tps []string, wantChildren ...string) [
 		if tr.root.Kind != "server" || tr.root.ParentSpanID != "" {
 			t.Errorf("root kind %q parent %q", tr.root.Kind, tr.root.ParentSpanID)
 		}
-		// The engine's span would be a child of the root.
-		if parts[2] != tr.root.SpanID {
-			t.Errorf("traceparent parent %s, root span %s", parts[2], tr.root.SpanID)
+		// The engine's span would be a child of the upstream call.
+		if call := tr.byName["POST"]; parts[2] != call.SpanID || call.Kind != "client" {
+			t.Errorf("traceparent parent %s, the upstream call %s (%s)", parts[2], call.SpanID, call.Kind)
 		}
 		for _, s := range byTrace[parts[1]] {
 			if s.SpanID == tr.root.SpanID {
 				continue
 			}
-			if s.ParentSpanID != tr.root.SpanID || s.Kind != "internal" {
+			if kind := map[bool]string{true: "client", false: "internal"}[s.Name == "POST"]; s.ParentSpanID != tr.root.SpanID || s.Kind != kind {
 				t.Errorf("%s (%s) has parent %s, root is %s", s.Name, s.Kind, s.ParentSpanID, tr.root.SpanID)
 			}
 			if s.StartNs < tr.root.StartNs || s.EndNs > tr.root.EndNs || s.EndNs < s.StartNs {
@@ -491,9 +494,10 @@ func TestProxyChat(t *testing.T) {
 	if d := directUp.traceparents(); len(tps) != 1 || len(d) != 1 || d[0] != "" {
 		t.Fatalf("upstream traceparents %q (direct %q): want one on the proxied request, none on the direct", tps, d)
 	}
-	// A JSON response: no llm.proxy.stream (SSE only, internal/proxy doc);
-	// llm.input_processing because the usage gave the prompt's size.
-	tr := px.traces(t, tps, attributes.SpanInputProcessing, attributes.SpanProxyWaitFirstToken, attributes.SpanDetokenize)[0]
+	// A JSON response: no llm.proxy.stream (SSE only) and no
+	// llm.detokenize (no token times, SPEC §2); llm.input_processing
+	// because the usage gave the prompt's size.
+	tr := px.traces(t, tps, attributes.SpanInputProcessing, attributes.SpanProxyWaitFirstToken)[0]
 	s := tr.stats
 	if s.NumOutputTokens != got.Usage.CompletionTokens || s.NumPromptTokens == nil || *s.NumPromptTokens != got.Usage.PromptTokens {
 		t.Errorf("stats tokens %v/%d, SDK usage %+v", s.NumPromptTokens, s.NumOutputTokens, got.Usage)
@@ -501,9 +505,16 @@ func TestProxyChat(t *testing.T) {
 	if s.FinishReason != string(got.Choices[0].FinishReason) {
 		t.Errorf("finish %q vs %q", s.FinishReason, got.Choices[0].FinishReason)
 	}
-	// The first token reaches the client with the body's first byte.
-	if ttft := tr.ttft(t); ttft < prefillBase || ttft > took {
-		t.Errorf("TTFT %v, request took %v", ttft, took)
+	// In one piece: no TTFT; the wait ends at the body's first byte,
+	// within the request.
+	if tr.stats.FirstTokenLatency != nil {
+		t.Errorf("TTFT %v for a response in one piece", *tr.stats.FirstTokenLatency)
+	}
+	if wait := tr.byName[attributes.SpanProxyWaitFirstToken]; time.Duration(wait.EndNs-tr.root.StartNs) < prefillBase || time.Duration(wait.EndNs-wait.StartNs) > took {
+		t.Errorf("wait [%d, %d], root from %d, request took %v", wait.StartNs, wait.EndNs, tr.root.StartNs, took)
+	}
+	if tr.root.Attributes["gen_ai.response.id"] == nil || tr.root.Attributes["gen_ai.response.model"] != "toy" {
+		t.Errorf("root lacks the response's id and model: %v", tr.root.Attributes)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Command httpserver is an OpenAI-compatible streaming server over a toy
-// engine, traced by the otelhttpmw middleware: every chat or completions
+// engine, traced by the openaihttp middleware: every chat or completions
 // request becomes a trace (root, input processing, queue, prefill, decode,
 // detokenize) and counts in the serving metrics.
 //
@@ -28,9 +28,9 @@ import (
 	"time"
 
 	"github.com/llmtrace/llmtrace/examples/httpserver/toyserver"
+	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
-	"github.com/llmtrace/llmtrace/otelstats/otelhttpmw"
 )
 
 func main() {
@@ -66,7 +66,7 @@ func run(listen, model string, slots int, tokenDelay, statsInterval time.Duratio
 		// Real time: let waits and TTLs expire even when no update comes.
 		otelstats.WithAutoSweep(time.Second),
 		// A caller's sampled flag decides only when both the tracker and
-		// the middleware trust it (otelhttpmw's package doc).
+		// the middleware trust it (openaihttp's package doc).
 		otelstats.WithTrustParentSampling(trust),
 	)
 	if statsInterval > 0 {
@@ -85,7 +85,7 @@ func run(listen, model string, slots int, tokenDelay, statsInterval time.Duratio
 
 	srv := &http.Server{
 		Addr:              listen,
-		Handler:           otelhttpmw.NewHandler(mux, tracker, otelhttpmw.WithTrustIncomingSampling(trust)),
+		Handler:           openaihttp.NewHandler(mux, tracker, openaihttp.WithTrustIncomingSampling(trust)),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)

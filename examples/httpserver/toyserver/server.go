@@ -6,12 +6,12 @@
 // batch slots, prefill takes time per prompt token, each output token takes
 // a decode step.
 //
-// The server knows nothing of HTTP tracing; wrapped by otelhttpmw it is
+// The server knows nothing of HTTP tracing; wrapped by openaihttp it is
 // traced as a client sees it. When its Config names a Tracker, its engine
 // also records the engine side of each request (QUEUED, PREFILLING with
 // prefix-cache hits, DECODING, FINISHED) under the request id the
 // middleware put in the context, and its frontend reports its
-// tokenization (otelhttpmw.InputProcessed): the full span tree of SPEC §3.
+// tokenization (openaihttp.InputProcessed): the full span tree of SPEC §3.
 package toyserver
 
 import (
@@ -29,8 +29,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelstats"
-	"github.com/llmtrace/llmtrace/otelstats/otelhttpmw"
 )
 
 // Config shapes the toy server. The zero Config is usable.
@@ -237,7 +237,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 		p.first = p.text
 	}
 	promptTokens := p.tokens()
-	_ = otelhttpmw.InputProcessed(r.Context(), time.Now(), promptTokens) // no-op when not traced
+	_ = openaihttp.InputProcessed(r.Context(), time.Now(), promptTokens) // no-op when not traced
 
 	maxTokens := s.cfg.MaxTokens
 	for _, m := range []*int{req.MaxCompletionTokens, req.MaxTokens} {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/examples/httpserver/toyserver"
+	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelstats"
-	"github.com/llmtrace/llmtrace/otelstats/otelhttpmw"
 	"github.com/llmtrace/llmtrace/spans"
 )
 
@@ -60,7 +60,7 @@ func newRig(t *testing.T, traced bool) *rig {
 	r.tr = tr
 	var h http.Handler = toyserver.New(fixed(toyserver.Config{Models: []string{"toy"}}))
 	if traced {
-		h = otelhttpmw.NewHandler(toyserver.New(fixed(toyserver.Config{Models: []string{"toy"}, Tracker: tr})), tr)
+		h = openaihttp.NewHandler(toyserver.New(fixed(toyserver.Config{Models: []string{"toy"}, Tracker: tr})), tr)
 	}
 	srv := httptest.NewServer(h)
 	r.url, r.c = srv.URL, srv.Client()

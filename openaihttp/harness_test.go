@@ -1,4 +1,4 @@
-package otelhttpmw_test
+package openaihttp_test
 
 import (
 	"bufio"
@@ -21,9 +21,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
-	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelstats"
-	"github.com/llmtrace/llmtrace/otelstats/otelhttpmw"
 	"github.com/llmtrace/llmtrace/spans"
 )
 
@@ -33,6 +32,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type h struct {
 	t      *testing.T
 	tp     *sdktrace.TracerProvider
+	mp     *sdkmetric.MeterProvider
 	rec    *tracetest.SpanRecorder
 	reader *sdkmetric.ManualReader
 	tr     *otelstats.Tracker
@@ -47,6 +47,7 @@ func newH(t *testing.T, opts ...otelstats.Option) *h {
 	x := &h{t: t, rec: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader(), finished: make(chan struct{}, 64)}
 	x.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(x.rec), sdktrace.WithIDGenerator(spans.IDGenerator()))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(x.reader))
+	x.mp = mp
 	tr, err := otelstats.NewTracker(append([]otelstats.Option{
 		otelstats.WithTracerProvider(x.tp), otelstats.WithMeterProvider(mp), otelstats.WithTokenLatencies(true),
 		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
@@ -62,6 +63,11 @@ func newH(t *testing.T, opts ...otelstats.Option) *h {
 	x.tr = tr
 	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
 	return x
+}
+
+// handler is openaihttp.NewHandler recording into x's providers.
+func (x *h) handler(next http.Handler, t *otelstats.Tracker, opts ...openaihttp.Option) http.Handler {
+	return openaihttp.NewHandler(next, t, append([]openaihttp.Option{openaihttp.WithTracerProvider(x.tp), openaihttp.WithMeterProvider(x.mp)}, opts...)...)
 }
 
 // wait waits for n finished requests.
@@ -323,6 +329,3 @@ func sseData(b []byte) []string {
 	}
 	return out
 }
-
-var _ = otelhttpmw.NewHandler
-var _ = attributes.SpanDecode

@@ -1,4 +1,4 @@
-package otelhttpmw
+package openaihttp
 
 import (
 	"encoding/json"
@@ -6,37 +6,15 @@ import (
 )
 
 // Opt-in content capture (SPEC §6): only when the tracker captures content
-// (otelstats.ContentCapture, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
-// does the middleware read the prompt from the request body and assemble
-// the completion from the response; the tracker redacts and caps both.
+// (otelstats.WithContentCapture; otelconf reads
+// OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT) does the layer keep
+// the prompt (the request's messages, prompt or input, up to maxCapture of
+// JSON) and assemble the completion from the response; the tracker redacts
+// and caps both.
 
-// maxCapture bounds what the middleware accumulates per request before the
-// tracker's own cap.
+// maxCapture bounds what the layer keeps per request before the tracker's
+// own cap.
 const maxCapture = 64 << 10
-
-// captureInput returns the request's messages, prompt or input, as raw
-// JSON (a string prompt is unquoted).
-func captureInput(body []byte) string {
-	var f struct {
-		Messages json.RawMessage `json:"messages"`
-		Prompt   json.RawMessage `json:"prompt"`
-		Input    json.RawMessage `json:"input"`
-	}
-	if json.Unmarshal(body, &f) != nil {
-		return ""
-	}
-	for _, raw := range []json.RawMessage{f.Messages, f.Prompt, f.Input} {
-		if len(raw) == 0 || string(raw) == "null" {
-			continue
-		}
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return s
-		}
-		return string(raw)
-	}
-	return ""
-}
 
 // contentJSON is the text a chunk, an event or a whole response carries.
 type contentJSON struct {
@@ -64,7 +42,7 @@ func appendOutput(out *strings.Builder, data []byte) {
 	}
 	add := func(p *string) {
 		if p != nil && out.Len() < maxCapture {
-			out.WriteString(*p)
+			out.WriteString(cutUTF8(*p, maxCapture-out.Len()))
 		}
 	}
 	for i := range c.Choices {

@@ -1,4 +1,4 @@
-package proxy
+package openaihttp_test
 
 import (
 	"bufio"
@@ -23,19 +23,20 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.uber.org/goleak"
 
+	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/spans"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
 type harness struct {
 	t      *testing.T
+	tp     *sdktrace.TracerProvider
+	mp     *sdkmetric.MeterProvider
 	rec    *tracetest.SpanRecorder
 	reader *sdkmetric.ManualReader
-	p      *Proxy
+	tr     *otelstats.Tracker
+	p      *openaihttp.Proxy
 	srv    *httptest.Server
 	up     *httptest.Server
 
@@ -43,37 +44,45 @@ type harness struct {
 	stats []otelstats.RequestStats
 }
 
-func newHarness(t *testing.T, upstream http.Handler, mod func(*Config), opts ...otelstats.Option) *harness {
+// newHarness starts upstream, and a proxy to it (to dead instead, when
+// set) mounted under a mux of the test's own.
+func newHarness(t *testing.T, upstream http.Handler, popts []openaihttp.Option, opts ...otelstats.Option) *harness {
 	t.Helper()
 	h := &harness{t: t, rec: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(h.rec), sdktrace.WithIDGenerator(spans.IDGenerator()))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.reader))
+	h.tp, h.mp = tp, mp
 	h.up = httptest.NewServer(upstream)
 	u, _ := url.Parse(h.up.URL)
-	cfg := Config{Upstream: u, TracerProvider: tp, MeterProvider: mp}
-	if mod != nil {
-		mod(&cfg)
-	}
 	all := append([]otelstats.Option{
 		otelstats.WithTracerProvider(tp), otelstats.WithMeterProvider(mp), otelstats.WithTokenLatencies(true),
+		otelstats.WithAutoSweep(time.Second),
 		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
 			h.mu.Lock()
 			h.stats = append(h.stats, *s)
 			h.mu.Unlock()
 		}),
 	}, opts...)
-	p, err := New(cfg, all...)
+	tr, err := otelstats.NewTracker(all...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.tr = tr
+	p, err := openaihttp.NewProxy(u, tr, append([]openaihttp.Option{openaihttp.WithTracerProvider(tp), openaihttp.WithMeterProvider(mp)}, popts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.p = p
-	h.srv = httptest.NewServer(p)
+	mux := http.NewServeMux()
+	mux.Handle("/", p)
+	h.srv = httptest.NewServer(mux)
 	t.Cleanup(func() {
 		h.srv.CloseClientConnections()
 		h.srv.Close()
 		h.up.CloseClientConnections()
 		h.up.Close()
-		_ = p.Shutdown(context.Background())
+		p.CloseIdleConnections()
+		_ = tr.Shutdown(context.Background())
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	})
 	return h
@@ -110,14 +119,28 @@ func (h *harness) spansOf(traceID string) map[string][]sdktrace.ReadOnlySpan {
 				out[s.Name()] = append(out[s.Name()], s)
 			}
 		}
-		if len(out[SpanWaitFirstToken]) > 0 {
+		if len(out[openaihttp.SpanWaitFirstToken]) > 0 {
 			return out
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("no %s span in trace %s (have %v)", SpanWaitFirstToken, traceID, keys(out))
+			h.t.Fatalf("no %s span in trace %s (have %v)", openaihttp.SpanWaitFirstToken, traceID, keys(out))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+func (h *harness) collect() map[string]metricdata.Aggregation {
+	var rm metricdata.ResourceMetrics
+	if err := h.reader.Collect(context.Background(), &rm); err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m.Data
+		}
+	}
+	return out
 }
 
 func (h *harness) counter(name string) int64 {
@@ -199,14 +222,14 @@ func readEvents(r io.Reader, f func(data string, at time.Time)) error {
 	}
 }
 
-const chatBody = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"temperature":0.5,"max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
+const proxyChatBody = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"temperature":0.5,"max_tokens":64,"messages":[{"role":"user","content":"hi"}]}`
 
 // TestStreamUnbufferedTTFTTraceparent: chunks reach the client one by one
 // as the upstream writes them (the upstream waits for the client to have
 // each chunk before writing the next, so any buffering deadlocks), the
 // traceparent upstream carries the root's ids, TTFT ends at the first
 // content chunk (not the role-only one), and the usage sets the counts.
-func TestStreamUnbufferedTTFTTraceparent(t *testing.T) {
+func TestProxyStreamUnbufferedTTFTTraceparent(t *testing.T) {
 	const contentChunks = 5
 	next := make(chan struct{}, contentChunks)
 	var gotTP string
@@ -237,7 +260,7 @@ func TestStreamUnbufferedTTFTTraceparent(t *testing.T) {
 	})
 	h := newHarness(t, up, nil)
 	start := time.Now()
-	resp := h.post(context.Background(), "/v1/chat/completions", chatBody)
+	resp := h.post(context.Background(), "/v1/chat/completions", proxyChatBody)
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		t.Fatalf("Content-Type %q", ct)
@@ -259,7 +282,7 @@ func TestStreamUnbufferedTTFTTraceparent(t *testing.T) {
 	if len(got) != 1+contentChunks+2 || got[len(got)-1] != "[DONE]" {
 		t.Fatalf("events %q", got)
 	}
-	if string(gotBody) != chatBody {
+	if string(gotBody) != proxyChatBody {
 		t.Errorf("upstream got body %q", gotBody)
 	}
 
@@ -275,13 +298,22 @@ func TestStreamUnbufferedTTFTTraceparent(t *testing.T) {
 		t.Errorf("%d ITL gaps, want %d", len(s.OutputTokenLatencies), contentChunks-1)
 	}
 
-	// traceparent: the root's trace and span id, sampled.
+	// traceparent: the root's trace, the upstream call's span, sampled.
+	sp := h.spansOf(s.TraceID)
 	tp := strings.Split(gotTP, "-")
-	if len(tp) != 4 || tp[1] != s.TraceID || tp[2] != s.SpanID || tp[3] != "01" {
+	if len(tp) != 4 || tp[1] != s.TraceID || tp[3] != "01" {
 		t.Errorf("upstream traceparent %q; root %s/%s", gotTP, s.TraceID, s.SpanID)
 	}
-
-	sp := h.spansOf(s.TraceID)
+	if cs := sp["POST"]; len(cs) != 1 || cs[0].SpanKind() != trace.SpanKindClient || cs[0].SpanContext().SpanID().String() != tp[2] ||
+		cs[0].Parent().SpanID().String() != s.SpanID {
+		t.Errorf("no CLIENT span with the traceparent's id %s under the root %s: %v", tp[2], s.SpanID, sp["POST"])
+	} else {
+		ca := attrMap(cs[0].Attributes())
+		if ca["http.request.method"] != "POST" || ca["http.response.status_code"] != int64(200) || ca["server.address"] != "127.0.0.1" ||
+			ca["url.full"] != h.up.URL+"/v1/chat/completions" || ca["network.protocol.version"] != "1.1" {
+			t.Errorf("CLIENT span attributes %v", ca)
+		}
+	}
 	root := sp["chat m"]
 	if len(root) != 1 || root[0].SpanKind() != trace.SpanKindServer {
 		t.Fatalf("spans %v", keys(sp))
@@ -292,7 +324,11 @@ func TestStreamUnbufferedTTFTTraceparent(t *testing.T) {
 		attr["gen_ai.usage.input_tokens"] != int64(7) || attr["gen_ai.request.temperature"] != 0.5 || attr["gen_ai.request.max_tokens"] != int64(64) {
 		t.Errorf("root attributes %v", attr)
 	}
-	for _, name := range []string{SpanWaitFirstToken, SpanStream, "llm.detokenize", "llm.input_processing"} {
+	if attr["gen_ai.response.id"] != "chatcmpl-1" || attr["gen_ai.response.model"] != "m" || attr["http.response.status_code"] != int64(200) ||
+		attr["http.route"] != "/v1/chat/completions" || attr["http.request.method"] != "POST" {
+		t.Errorf("root HTTP and response attributes %v", attr)
+	}
+	for _, name := range []string{openaihttp.SpanWaitFirstToken, openaihttp.SpanStream, "llm.detokenize", "llm.input_processing", "POST"} {
 		if len(sp[name]) != 1 {
 			t.Fatalf("%s: %d spans (have %v)", name, len(sp[name]), keys(sp))
 		}
@@ -304,17 +340,17 @@ func TestStreamUnbufferedTTFTTraceparent(t *testing.T) {
 			t.Errorf("%s [%v, %v] outside the root [%v, %v]", name, c.StartTime(), c.EndTime(), r.StartTime(), r.EndTime())
 		}
 	}
-	w := sp[SpanWaitFirstToken][0]
-	st := sp[SpanStream][0]
+	w := sp[openaihttp.SpanWaitFirstToken][0]
+	st := sp[openaihttp.SpanStream][0]
 	if d := w.EndTime().Sub(s.ArrivalTime.Add(ttft)); !w.EndTime().Equal(st.StartTime()) || d > time.Microsecond || d < -time.Microsecond {
 		t.Errorf("wait ends %v, stream starts %v, first token %v", w.EndTime(), st.StartTime(), s.ArrivalTime.Add(ttft))
 	}
-	if len(w.Events()) != 1 || w.Events()[0].Name != EventHeaders {
+	if len(w.Events()) != 1 || w.Events()[0].Name != openaihttp.EventHeaders {
 		t.Errorf("wait events %v", w.Events())
 	}
 	sa := attrMap(st.Attributes())
-	if sa[string(AttrContentChunks)] != int64(contentChunks) || sa[string(AttrChunks)] != int64(contentChunks+3) ||
-		sa[string(AttrStalls)] != int64(0) || sa["gen_ai.response.id"] != "chatcmpl-1" || sa["gen_ai.usage.cache_read.input_tokens"] != int64(3) {
+	if sa[string(openaihttp.AttrContentChunks)] != int64(contentChunks) || sa[string(openaihttp.AttrChunks)] != int64(contentChunks+3) ||
+		sa[string(openaihttp.AttrStalls)] != int64(0) || sa["gen_ai.usage.cache_read.input_tokens"] != int64(3) {
 		t.Errorf("stream attributes %v", sa)
 	}
 }
@@ -352,7 +388,7 @@ func gapsUpstream(gaps []time.Duration) http.Handler {
 	})
 }
 
-func TestStallEvent(t *testing.T) {
+func TestProxyStallEvent(t *testing.T) {
 	gaps := []time.Duration{}
 	for range 6 {
 		gaps = append(gaps, 10*time.Millisecond)
@@ -366,7 +402,7 @@ func TestStallEvent(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	s := h.waitStats(1)[0]
-	st := h.spansOf(s.TraceID)[SpanStream]
+	st := h.spansOf(s.TraceID)[openaihttp.SpanStream]
 	if len(st) != 1 {
 		t.Fatal("no stream span")
 	}
@@ -375,7 +411,7 @@ func TestStallEvent(t *testing.T) {
 	// of the steady gaps before it.
 	var stalls []sdktrace.Event
 	for _, e := range st[0].Events() {
-		if e.Name == EventStall && attrMap(e.Attributes)[string(AttrStallGap)].(float64) >= 0.39 {
+		if e.Name == openaihttp.EventStall && attrMap(e.Attributes)[string(openaihttp.AttrStallGap)].(float64) >= 0.39 {
 			stalls = append(stalls, e)
 		}
 	}
@@ -383,14 +419,14 @@ func TestStallEvent(t *testing.T) {
 		t.Fatalf("%d stall events of the injected gap, want 1: %v", len(stalls), st[0].Events())
 	}
 	a := attrMap(stalls[0].Attributes)
-	gap := a[string(AttrStallGap)].(float64)
-	med := a[string(AttrStallMedian)].(float64)
-	if gap > 0.6 || med < 0.009 || med > 0.05 || a[string(AttrStallChunk)] != int64(7) {
+	gap := a[string(openaihttp.AttrStallGap)].(float64)
+	med := a[string(openaihttp.AttrStallMedian)].(float64)
+	if gap > 0.6 || med < 0.009 || med > 0.05 || a[string(openaihttp.AttrStallChunk)] != int64(7) {
 		t.Errorf("stall %v", a)
 	}
-	n := attrMap(st[0].Attributes())[string(AttrStalls)].(int64)
-	if n < 1 || h.counter(MetricStalls) != n || int(n) != len(st[0].Events()) {
-		t.Errorf("stall counts: span %d, metric %d, events %d", n, h.counter(MetricStalls), len(st[0].Events()))
+	n := attrMap(st[0].Attributes())[string(openaihttp.AttrStalls)].(int64)
+	if n < 1 || h.counter(openaihttp.MetricStalls) != n || int(n) != len(st[0].Events()) {
+		t.Errorf("stall counts: span %d, metric %d, events %d", n, h.counter(openaihttp.MetricStalls), len(st[0].Events()))
 	}
 	// Without a usage every content chunk is one token.
 	if s.NumOutputTokens != len(gaps)+1 || s.FinishReason != "stop" || s.NumPromptTokens.Valid {
@@ -398,41 +434,7 @@ func TestStallEvent(t *testing.T) {
 	}
 }
 
-func TestStallDetector(t *testing.T) {
-	d := newStallDetector(StallPolicy{})
-	for _, g := range []time.Duration{10, 10, 10} {
-		if stall, _ := d.add(g * time.Millisecond); stall {
-			t.Fatal("stall before MinGaps")
-		}
-	}
-	// Not above Min even if 8× the median.
-	if stall, _ := d.add(90 * time.Millisecond); stall {
-		t.Error("90ms stall")
-	}
-	if stall, med := d.add(time.Second); !stall || med != 10*time.Millisecond {
-		t.Errorf("1s gap: stall=%v median=%v", stall, med)
-	}
-	// Jitter around the median is not a stall.
-	d = newStallDetector(StallPolicy{})
-	for i := range 100 {
-		if stall, _ := d.add(time.Duration(5+i%3*5) * time.Millisecond); stall {
-			t.Fatalf("jitter stall at %d", i)
-		}
-	}
-	// The window slides.
-	d = newStallDetector(StallPolicy{Window: 4, MinGaps: 2})
-	for range 10 {
-		d.add(time.Second)
-	}
-	for range 4 {
-		d.add(time.Millisecond)
-	}
-	if m, _ := d.median(); m != time.Millisecond || len(d.sorted) != 4 {
-		t.Errorf("median %v of %v", m, d.sorted)
-	}
-}
-
-func TestNonStream(t *testing.T) {
+func TestProxyNonStream(t *testing.T) {
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(30 * time.Millisecond)
 		w.Header().Set("Content-Type", "application/json")
@@ -446,20 +448,25 @@ func TestNonStream(t *testing.T) {
 		t.Fatalf("body %s", b)
 	}
 	s := h.waitStats(1)[0]
-	if s.FinishReason != "stop" || s.NumOutputTokens != 4 || s.NumPromptTokens.N != 11 || !s.FirstTokenLatency.Valid ||
-		s.FirstTokenLatency.Value < 30*time.Millisecond {
+	// SPEC §2: in one piece, so no token times; e2e and the counts.
+	if s.FinishReason != "stop" || s.NumOutputTokens != 4 || s.NumPromptTokens.N != 11 || s.FirstTokenLatency.Valid ||
+		s.TimePerOutputToken.Valid || s.DecodeLatency.Valid || !s.E2ELatency.Valid || s.E2ELatency.Value < 30*time.Millisecond {
 		t.Errorf("stats %+v", s)
 	}
 	sp := h.spansOf(s.TraceID)
-	if len(sp[SpanWaitFirstToken]) != 1 || len(sp[SpanStream]) != 0 {
+	if len(sp[openaihttp.SpanWaitFirstToken]) != 1 || len(sp[openaihttp.SpanStream]) != 0 || len(sp["llm.detokenize"]) != 0 || len(sp["POST"]) != 1 {
 		t.Errorf("spans %v", keys(sp))
+	}
+	ra := attrMap(sp["chat m"][0].Attributes())
+	if ra["gen_ai.response.id"] != "cmpl-9" || ra["gen_ai.response.model"] != "m" {
+		t.Errorf("root %v", ra)
 	}
 }
 
 // TestClientDisconnect: the client leaves mid-stream; the request is an
 // abort with what was delivered, the upstream request is cancelled, and
 // nothing is left running (goleak in TestMain).
-func TestClientDisconnect(t *testing.T) {
+func TestProxyClientDisconnect(t *testing.T) {
 	upstreamGone := make(chan struct{})
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -496,39 +503,54 @@ func TestClientDisconnect(t *testing.T) {
 	if r := sp["chat m"]; len(r) != 1 || r[0].Status().Code != codes.Error {
 		t.Errorf("root %v", sp["chat m"])
 	}
-	if len(sp[SpanStream]) != 1 {
+	if len(sp[openaihttp.SpanStream]) != 1 {
 		t.Errorf("no partial stream span: %v", keys(sp))
 	}
 }
 
-func TestUpstreamDown(t *testing.T) {
-	h := newHarness(t, http.NotFoundHandler(), nil)
+func TestProxyUpstreamDown(t *testing.T) {
 	// Point the proxy at a port nobody listens on.
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead, _ := url.Parse("http://" + l.Addr().String())
+	deadAddr := l.Addr().String()
 	l.Close()
-	h.p.cfg.Upstream = dead
-	resp := h.post(context.Background(), "/v1/chat/completions", `{"model":"m","stream":true}`)
+	h := newHarness(t, http.NotFoundHandler(), nil)
+	dead, _ := url.Parse("http://" + deadAddr)
+	p, err := openaihttp.NewProxy(dead, h.tr, openaihttp.WithTracerProvider(h.tp), openaihttp.WithMeterProvider(h.mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Errorf("status %d", resp.StatusCode)
 	}
 	s := h.waitStats(1)[0]
-	if s.FinishReason != otelstats.FinishError || s.ErrorType != ErrorConnectionRefused || s.FirstTokenLatency.Valid {
+	if s.FinishReason != otelstats.FinishError || s.ErrorType != openaihttp.ErrorConnectionRefused || s.FirstTokenLatency.Valid {
 		t.Errorf("stats %+v", s)
 	}
 	sp := h.spansOf(s.TraceID)
+	if len(sp["chat m"]) != 1 {
+		t.Fatalf("no root: %v, %+v", keys(sp), s)
+	}
 	root := sp["chat m"][0]
-	if root.Status().Code != codes.Error || attrMap(root.Attributes())["error.type"] != ErrorConnectionRefused {
+	if root.Status().Code != codes.Error || attrMap(root.Attributes())["error.type"] != openaihttp.ErrorConnectionRefused {
 		t.Errorf("root %v %v", root.Status(), root.Attributes())
 	}
-	w := sp[SpanWaitFirstToken][0]
-	if w.Status().Code != codes.Error || attrMap(w.Attributes())[string(AttrStatusCode)] != int64(502) {
+	w := sp[openaihttp.SpanWaitFirstToken][0]
+	if w.Status().Code != codes.Error || attrMap(w.Attributes())["http.response.status_code"] != int64(502) {
 		t.Errorf("wait span %v %v", w.Status(), w.Attributes())
+	}
+	if c := sp["POST"]; len(c) != 1 || c[0].Status().Code != codes.Error || attrMap(c[0].Attributes())["error.type"] != openaihttp.ErrorConnectionRefused {
+		t.Errorf("CLIENT span %v", c)
 	}
 }
 
-func TestUpstreamErrorStatus(t *testing.T) {
+func TestProxyUpstreamErrorStatus(t *testing.T) {
 	const errBody = `{"error":{"message":"slow down","type":"rate_limit"}}`
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -548,7 +570,7 @@ func TestUpstreamErrorStatus(t *testing.T) {
 	}
 }
 
-func TestUpstreamDiesMidStream(t *testing.T) {
+func TestProxyUpstreamDiesMidStream(t *testing.T) {
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		sseWrite(w, chunk(map[string]any{"content": "a"}, nil))
@@ -566,12 +588,12 @@ func TestUpstreamDiesMidStream(t *testing.T) {
 		t.Error("the client saw a clean end of a broken stream")
 	}
 	s := h.waitStats(1)[0]
-	if s.FinishReason != otelstats.FinishError || s.ErrorType != ErrorUpstream || s.NumOutputTokens != 2 {
+	if s.FinishReason != otelstats.FinishError || s.ErrorType != openaihttp.ErrorUpstream || s.NumOutputTokens != 2 {
 		t.Errorf("stats %+v", s)
 	}
 }
 
-func TestIncomingTraceparentAndPassthrough(t *testing.T) {
+func TestProxyIncomingTraceparentAndPassthrough(t *testing.T) {
 	var mu sync.Mutex
 	got := map[string]string{}
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -595,13 +617,14 @@ func TestIncomingTraceparentAndPassthrough(t *testing.T) {
 	if s.TraceID != "0af7651916cd43dd8448eb211c80319c" {
 		t.Errorf("root trace %s, want the caller's", s.TraceID)
 	}
-	root := h.spansOf(s.TraceID)["chat m"][0]
+	sp := h.spansOf(s.TraceID)
+	root := sp["chat m"][0]
 	if root.Parent().SpanID().String() != "b7ad6b7169203331" {
 		t.Errorf("root parent %v", root.Parent())
 	}
 	mu.Lock()
-	if tp := got["/v1/chat/completions"]; tp != "00-"+s.TraceID+"-"+s.SpanID+"-01" {
-		t.Errorf("upstream traceparent %q", tp)
+	if tp := got["/v1/chat/completions"]; tp != "00-"+s.TraceID+"-"+sp["POST"][0].SpanContext().SpanID().String()+"-01" {
+		t.Errorf("upstream traceparent %q, not the CLIENT span's", tp)
 	}
 	mu.Unlock()
 
@@ -627,9 +650,11 @@ func TestIncomingTraceparentAndPassthrough(t *testing.T) {
 	}
 }
 
-// TestBodiesPassUntouched: bodies the proxy cannot trace — not JSON, no
-// model, over the limit — still reach the upstream byte for byte.
-func TestBodiesPassUntouched(t *testing.T) {
+// TestProxyBodiesPassUntouched: bodies the proxy cannot read a model from
+// — not JSON, no model, a model past 40 KB of prompt — reach the upstream
+// byte for byte, and still get a root, with error.type when the upstream
+// refuses them.
+func TestProxyBodiesPassUntouched(t *testing.T) {
 	var mu sync.Mutex
 	var bodies [][]byte
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -639,30 +664,37 @@ func TestBodiesPassUntouched(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(400)
 	})
-	h := newHarness(t, up, func(c *Config) { c.MaxBody = 64 })
-	inputs := []string{"not json", `{"messages":[]}`, `{"model":"m","pad":"` + strings.Repeat("x", 100) + `"}`}
+	h := newHarness(t, up, nil)
+	inputs := []struct{ body, model, problem string }{
+		{"not json", "unknown", "not_json"},
+		{`{"messages":[]}`, "unknown", "no_model"},
+		{`{"messages":[{"content":"` + strings.Repeat("x", 40<<10) + `"}],"model":"m"}`, "m", ""},
+	}
 	for _, in := range inputs {
-		resp := h.post(context.Background(), "/v1/chat/completions", in)
+		resp := h.post(context.Background(), "/v1/chat/completions", in.body)
 		resp.Body.Close()
 		if resp.StatusCode != 400 {
 			t.Errorf("status %d", resp.StatusCode)
 		}
 	}
+	stats := h.waitStats(len(inputs))
 	mu.Lock()
 	defer mu.Unlock()
 	for i, in := range inputs {
-		if i >= len(bodies) || !bytes.Equal(bodies[i], []byte(in)) {
-			t.Errorf("body %d reached upstream as %q", i, bodies[i])
+		if i >= len(bodies) || !bytes.Equal(bodies[i], []byte(in.body)) {
+			t.Errorf("body %d reached upstream as %.40q", i, bodies[i])
 		}
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.stats) != 0 {
-		t.Errorf("untraceable bodies traced: %v", h.stats)
+		if s := stats[i]; s.Model != in.model || s.ErrorType != "400" {
+			t.Errorf("%d: model %q error %q", i, s.Model, s.ErrorType)
+		}
+		root := h.spansOf(stats[i].TraceID)["chat "+in.model][0]
+		if got, _ := attrMap(root.Attributes())["llm.http.request_body"].(string); got != in.problem {
+			t.Errorf("%d: llm.http.request_body %q, want %q", i, got, in.problem)
+		}
 	}
 }
 
-func TestResponsesAPIStream(t *testing.T) {
+func TestProxyResponsesAPIStream(t *testing.T) {
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"model\":\"m\",\"status\":\"in_progress\"}}\n\n")
@@ -683,44 +715,11 @@ func TestResponsesAPIStream(t *testing.T) {
 	}
 }
 
-func TestRecordHeldSpreadsUsage(t *testing.T) {
-	for _, c := range []struct {
-		weights []int
-		usage   int
-		want    []int
-	}{
-		{[]int{1, 1, 1}, 3, []int{1, 1, 1}},
-		{[]int{1, 1, 1}, 7, []int{3, 2, 2}},
-		{[]int{1, 1, 1, 1}, 2, []int{1, 0, 1, 0}},
-		{[]int{2, 1}, 6, []int{4, 2}},
-		{[]int{1}, 0, []int{1}},
-	} {
-		total, cum, prev := 0, 0, 0
-		for _, w := range c.weights {
-			total += w
-		}
-		usage := c.usage
-		if usage < 1 {
-			usage = total
-		}
-		var got []int
-		for _, w := range c.weights {
-			cum += w
-			upto := (usage*cum + total - 1) / total
-			got = append(got, upto-prev)
-			prev = upto
-		}
-		if fmt.Sprint(got) != fmt.Sprint(c.want) || prev != usage {
-			t.Errorf("%v over %d: %v", c.weights, c.usage, got)
-		}
-	}
-}
-
-// TestLongStreamGoesLive: past 4,096 held deliveries the proxy records as
+// TestProxyLongStreamGoesLive: past 4,096 held deliveries the proxy records as
 // chunks come; the counts stay right and the prompt's size from the final
 // usage goes on FINISHED.
-func TestLongStreamGoesLive(t *testing.T) {
-	const n = maxHeld + 100
+func TestProxyLongStreamGoesLive(t *testing.T) {
+	const n = 4096 + 100
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for range n {
@@ -731,7 +730,7 @@ func TestLongStreamGoesLive(t *testing.T) {
 		sseWrite(w, "[DONE]")
 	})
 	h := newHarness(t, up, nil)
-	resp := h.post(context.Background(), "/v1/chat/completions", chatBody)
+	resp := h.post(context.Background(), "/v1/chat/completions", proxyChatBody)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	s := h.waitStats(1)[0]

@@ -1,4 +1,4 @@
-package otelhttpmw_test
+package openaihttp_test
 
 import (
 	"bufio"
@@ -19,8 +19,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelstats"
-	"github.com/llmtrace/llmtrace/otelstats/otelhttpmw"
 )
 
 const chatBody = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}],` +
@@ -33,7 +33,7 @@ func TestStreamChatSpanTreeTTFTAndUsage(t *testing.T) {
 			`{"prompt_tokens":17,"completion_tokens":7,"total_tokens":24,"prompt_tokens_details":{"cached_tokens":4}}`),
 		pause: 5 * time.Millisecond,
 	}
-	srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	sent := time.Now()
 	resp, body := post(t, c, srv.URL+"/v1/chat/completions", chatBody)
 	s := x.only()
@@ -131,7 +131,7 @@ func TestStreamChatSpanTreeTTFTAndUsage(t *testing.T) {
 func TestStreamWithoutUsage(t *testing.T) {
 	x := newH(t)
 	fs := &fakeServer{events: chatStream([]string{"a", "b", "c"}, "length", "")}
-	srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m","stream":true,"temperature":1}`)
 	s := x.only()
 	if s.NumOutputTokens != 3 || s.NumPromptTokens.Valid || s.FinishReason != "length" {
@@ -150,15 +150,15 @@ func TestStreamHandlerReportsInput(t *testing.T) {
 	fs.onStart = func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(3 * time.Millisecond) // templating, tokenizing
 		reported = time.Now()
-		if err := otelhttpmw.InputProcessed(r.Context(), reported, 33); err != nil {
+		if err := openaihttp.InputProcessed(r.Context(), reported, 33); err != nil {
 			t.Error(err)
 		}
-		if err := otelhttpmw.InputProcessed(r.Context(), time.Now(), 34); !errors.Is(err, otelhttpmw.ErrTooLate) {
+		if err := openaihttp.InputProcessed(r.Context(), time.Now(), 34); !errors.Is(err, openaihttp.ErrTooLate) {
 			t.Errorf("second report: %v", err)
 		}
 		reqID = otelstats.RequestFromContext(r.Context()).ID()
 	}
-	srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	sent := time.Now()
 	post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m","stream":true,"top_p":0.5}`)
 	s := x.only()
@@ -179,7 +179,7 @@ func TestStreamHandlerReportsInput(t *testing.T) {
 	if v, ok := attr(root, attributes.RequestTopP); !ok || v.AsFloat64() != 0.5 {
 		t.Error("sampling params missing")
 	}
-	if err := otelhttpmw.InputProcessed(context.Background(), time.Now(), 1); !errors.Is(err, otelhttpmw.ErrNotTraced) {
+	if err := openaihttp.InputProcessed(context.Background(), time.Now(), 1); !errors.Is(err, openaihttp.ErrNotTraced) {
 		t.Errorf("untraced: %v", err)
 	}
 }
@@ -191,7 +191,7 @@ func TestNonStream(t *testing.T) {
 			`"usage":{"prompt_tokens":11,"completion_tokens":9,"total_tokens":20}}`,
 		pause: 4 * time.Millisecond,
 	}
-	srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	_, body := post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m","max_tokens":9,"messages":[]}`)
 	if string(body) != fs.json {
 		t.Fatalf("body changed: %s", body)
@@ -200,12 +200,37 @@ func TestNonStream(t *testing.T) {
 	if s.FinishReason != "length" || s.NumOutputTokens != 9 || s.NumPromptTokens.N != 11 {
 		t.Errorf("finish %q out %d prompt %+v", s.FinishReason, s.NumOutputTokens, s.NumPromptTokens)
 	}
-	if !s.FirstTokenLatency.Valid || s.FirstTokenLatency.Value < 4*time.Millisecond {
-		t.Errorf("TTFT %+v, want the response's first byte", s.FirstTokenLatency)
+	// SPEC §2: a response in one piece has no token times.
+	if s.FirstTokenLatency.Valid || s.TimePerOutputToken.Valid || s.DecodeLatency.Valid || len(s.OutputTokenLatencies) != 0 {
+		t.Errorf("token times of a response in one piece: TTFT %+v TPOT %+v decode %+v ITL %v",
+			s.FirstTokenLatency, s.TimePerOutputToken, s.DecodeLatency, s.OutputTokenLatencies)
+	}
+	if !s.E2ELatency.Valid || s.E2ELatency.Value < 4*time.Millisecond {
+		t.Errorf("e2e %+v", s.E2ELatency)
+	}
+	for _, m := range []string{attributes.MetricTimeToFirstToken, attributes.MetricTimePerOutputToken, attributes.MetricInterTokenLatency, attributes.MetricDecodeDuration} {
+		if n := x.histCount(m); n != 0 {
+			t.Errorf("%s has %d points for a response in one piece", m, n)
+		}
+	}
+	if n := x.histCount(attributes.MetricRequestDuration); n != 1 {
+		t.Errorf("request duration count %d", n)
+	}
+	if n := x.counter(attributes.MetricGenerationTokens); n != 9 {
+		t.Errorf("generation tokens %d, want the usage's 9", n)
 	}
 	root := x.span("chat m")
 	if v, _ := attr(root, attributes.RequestMaxTokens); v.AsInt64() != 9 {
 		t.Error("max_tokens missing")
+	}
+	if v, _ := attr(root, attributes.ResponseID); v.AsString() != "chatcmpl-1" {
+		t.Errorf("gen_ai.response.id %q", v.AsString())
+	}
+	if v, _ := attr(root, attributes.ResponseModel); v.AsString() != "m" {
+		t.Errorf("gen_ai.response.model %q", v.AsString())
+	}
+	if x.hasSpan(attributes.SpanDetokenize) {
+		t.Error("a detokenize span for a response in one piece")
 	}
 	if !x.hasSpan(attributes.SpanInputProcessing) {
 		t.Error("no input processing span though usage gave the prompt's size")
@@ -222,7 +247,7 @@ func TestCompletionsEndpoint(t *testing.T) {
 		"[DONE]",
 	}
 	fs := &fakeServer{events: ev}
-	srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	post(t, c, srv.URL+"/v1/completions", `{"model":"gpt2","prompt":"x","stream":true,"stream_options":{"include_usage":true}}`)
 	s := x.only()
 	if s.Operation != "text_completion" || s.NumOutputTokens != 2 || s.NumPromptTokens.N != 3 || s.FinishReason != "length" {
@@ -242,7 +267,7 @@ func TestResponsesEndpoint(t *testing.T) {
 		`{"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":8,"output_tokens":2,"input_tokens_details":{"cached_tokens":0}}}}`,
 	}
 	fs := &fakeServer{events: ev}
-	srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	post(t, c, srv.URL+"/v1/responses", `{"model":"m","input":"hi","stream":true,"max_output_tokens":64}`)
 	s := x.only()
 	if s.NumOutputTokens != 2 || s.NumPromptTokens.N != 8 || s.FinishReason != "stop" {
@@ -260,7 +285,7 @@ func TestClientDisconnectMidStreamIsAbort(t *testing.T) {
 		words[i] = "w"
 	}
 	fs := &fakeServer{events: chatStream(words, "stop", ""), pause: 2 * time.Millisecond, finished: make(chan struct{})}
-	srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -309,7 +334,7 @@ func TestHandlerErrorStatus(t *testing.T) {
 	for _, code := range []int{500, 503, 429, 400} {
 		x := newH(t)
 		fs := &fakeServer{json: `{"error":{"message":"no","type":"server_error"}}`, status: code}
-		srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+		srv, c := serve(t, x.handler(fs, x.tr))
 		resp, _ := post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m"}`)
 		if resp.StatusCode != code {
 			t.Fatalf("status %d", resp.StatusCode)
@@ -327,7 +352,7 @@ func TestHandlerErrorStatus(t *testing.T) {
 func TestStreamErrorEvent(t *testing.T) {
 	x := newH(t)
 	fs := &fakeServer{events: []string{chatChunk(`{"content":"a"}`, ""), `{"error":{"message":"engine died","type":"InternalServerError","code":500}}`, "[DONE]"}}
-	srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m","stream":true}`)
 	if s := x.only(); s.FinishReason != "error" || s.ErrorType != "stream_error" || s.NumOutputTokens != 1 {
 		t.Errorf("finish %q/%q out %d", s.FinishReason, s.ErrorType, s.NumOutputTokens)
@@ -336,7 +361,7 @@ func TestStreamErrorEvent(t *testing.T) {
 
 func TestHandlerPanic(t *testing.T) {
 	x := newH(t)
-	hd := otelhttpmw.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hd := x.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
 		panic("handler bug")
 	}), x.tr)
@@ -354,39 +379,51 @@ func TestHandlerPanic(t *testing.T) {
 }
 
 // TestBodiesReachTheHandlerIntact: whatever the body, the handler reads the
-// very bytes the client sent, and the middleware never fails a request.
+// very bytes the client sent, and the middleware never fails a request. A
+// body that names no model is traced as openaihttp.UnknownModel, and the
+// root says why.
 func TestBodiesReachTheHandlerIntact(t *testing.T) {
 	huge := func(prefix string, n int, suffix string) string {
 		return prefix + strings.Repeat("x", n) + suffix
 	}
 	const limit = 4096
+	small := []openaihttp.Option{openaihttp.WithMaxBody(2 * limit)}
 	for _, c := range []struct {
-		name   string
-		path   string
-		body   string
-		traced bool
+		name    string
+		path    string
+		body    string
+		opts    []openaihttp.Option
+		model   string // "" untraced
+		problem string
 	}{
-		{"valid", "/v1/chat/completions", `{"model":"m","messages":[]}`, true},
-		{"malformed after model", "/v1/chat/completions", `{"model":"m","messages":[}`, true},
-		{"malformed before model", "/v1/chat/completions", `{"messages":[},"model":"m"}`, false},
-		{"not json", "/v1/chat/completions", `model=m&stream=true`, false},
-		{"json array", "/v1/chat/completions", `[{"model":"m"}]`, false},
-		{"model not a string", "/v1/chat/completions", `{"model":42}`, false},
-		{"binary", "/v1/chat/completions", "\x00\xff\xfe{\"model\":\"m\"}", false},
-		{"empty", "/v1/chat/completions", ``, false},
-		{"over the limit, model first", "/v1/chat/completions", huge(`{"model":"m","stream":false,"messages":[{"role":"user","content":"`, 3*limit, `"}]}`), true},
-		{"over the limit, model last", "/v1/chat/completions", huge(`{"messages":[{"role":"user","content":"`, 3*limit, `"}],"model":"m"}`), false},
-		{"exactly the limit", "/v1/chat/completions", huge(`{"model":"m","p":"`, limit-len(`{"model":"m","p":"`)-2, `"}`), true},
-		{"over the limit, not json", "/v1/completions", huge("", 5*limit, ""), false},
-		{"unknown path", "/v1/embeddings", `{"model":"m","input":"x"}`, false},
-		{"health", "/health", `{"model":"m"}`, false},
-		{"metrics", "/metrics", `{"model":"m"}`, false},
-		{"trailing slash", "/v1/chat/completions/", `{"model":"m"}`, true},
+		{"valid", "/v1/chat/completions", `{"model":"m","messages":[]}`, nil, "m", ""},
+		{"malformed after model", "/v1/chat/completions", `{"model":"m","messages":[}`, nil, "m", ""},
+		{"malformed before model", "/v1/chat/completions", `{"messages":[},"model":"m"}`, nil, "unknown", "not_json"},
+		{"not json", "/v1/chat/completions", `model=m&stream=true`, nil, "unknown", "not_json"},
+		{"json array", "/v1/chat/completions", `[{"model":"m"}]`, nil, "unknown", "not_json"},
+		{"model not a string", "/v1/chat/completions", `{"model":42}`, nil, "unknown", "no_model"},
+		{"no model", "/v1/chat/completions", `{"messages":[]}`, nil, "unknown", "no_model"},
+		{"binary", "/v1/chat/completions", "\x00\xff\xfe{\"model\":\"m\"}", nil, "unknown", "not_json"},
+		{"empty", "/v1/chat/completions", ``, nil, "unknown", "not_json"},
+		{"over the limit, model first", "/v1/chat/completions", huge(`{"model":"m","stream":false,"messages":[{"role":"user","content":"`, 3*limit, `"}]}`), nil, "m", ""},
+		// The OpenAI SDKs' order: the model after the messages.
+		{"over the limit, model last", "/v1/chat/completions", huge(`{"messages":[{"role":"user","content":"`, 3*limit, `"}],"model":"m"}`), nil, "m", ""},
+		{"over MaxBody, model last", "/v1/chat/completions", huge(`{"messages":[{"role":"user","content":"`, 3*limit, `"}],"model":"m"}`), small, "unknown", "unread"},
+		{"over the budget, model last", "/v1/chat/completions", huge(`{"messages":[{"role":"user","content":"`, 3*limit, `"}],"model":"m"}`),
+			[]openaihttp.Option{openaihttp.WithBodyBudget(limit)}, "unknown", "unread"},
+		{"model too long", "/v1/chat/completions", `{"model":"` + strings.Repeat("m", 5000) + `"}`, nil, "unknown", "model_too_long"},
+		{"exactly the limit", "/v1/chat/completions", huge(`{"model":"m","p":"`, limit-len(`{"model":"m","p":"`)-2, `"}`), nil, "m", ""},
+		{"over the limit, not json", "/v1/completions", huge("", 5*limit, ""), nil, "unknown", "not_json"},
+		{"embeddings", "/v1/embeddings", `{"model":"m","input":"x"}`, nil, "m", ""},
+		{"unknown path", "/v1/audio/speech", `{"model":"m","input":"x"}`, nil, "", ""},
+		{"health", "/health", `{"model":"m"}`, nil, "", ""},
+		{"metrics", "/metrics", `{"model":"m"}`, nil, "", ""},
+		{"trailing slash", "/v1/chat/completions/", `{"model":"m"}`, nil, "m", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := newH(t)
 			fs := &fakeServer{json: `{"choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`}
-			srv, cl := serve(t, otelhttpmw.NewHandler(fs, x.tr, otelhttpmw.WithPeekLimit(limit)))
+			srv, cl := serve(t, x.handler(fs, x.tr, append([]openaihttp.Option{openaihttp.WithPeekLimit(limit)}, c.opts...)...))
 			resp, body := post(t, cl, srv.URL+c.path, c.body)
 			if resp.StatusCode != 200 || string(body) != fs.json {
 				t.Fatalf("response %d %q", resp.StatusCode, body)
@@ -394,12 +431,24 @@ func TestBodiesReachTheHandlerIntact(t *testing.T) {
 			if fs.gotErr != nil || sha256.Sum256(fs.gotBody) != sha256.Sum256([]byte(c.body)) || fs.gotLen != int64(len(c.body)) {
 				t.Fatalf("handler read %d bytes (err %v, Content-Length %d), client sent %d", len(fs.gotBody), fs.gotErr, fs.gotLen, len(c.body))
 			}
-			if c.traced {
-				if s := x.only(); s.Model != "m" {
-					t.Errorf("model %q", s.Model)
-				}
-			} else {
+			if c.model == "" {
 				x.none()
+				return
+			}
+			s := x.only()
+			if s.Model != c.model {
+				t.Errorf("model %q, want %q", s.Model, c.model)
+			}
+			op := map[string]string{"/v1/completions": "text_completion", "/v1/embeddings": "embeddings"}[c.path]
+			if op == "" {
+				op = "chat"
+			}
+			v, ok := attr(x.span(op+" "+c.model), attributes.HTTPRequestBody)
+			if c.problem == "" && ok || c.problem != "" && v.AsString() != c.problem {
+				t.Errorf("llm.http.request_body %q, want %q", v.AsString(), c.problem)
+			}
+			if n := x.counter(attributes.MetricRequests); n != 1 {
+				t.Errorf("counted %d requests", n)
 			}
 		})
 	}
@@ -425,7 +474,7 @@ func TestBodyReadErrorReachesTheHandler(t *testing.T) {
 	boom := errors.New("connection reset mid-body")
 	var got []byte
 	var gotErr error
-	hd := otelhttpmw.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hd := x.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, gotErr = io.ReadAll(r.Body)
 	}), x.tr)
 	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
@@ -440,7 +489,7 @@ func TestUntracedPathsGetTheSameRequestAndWriter(t *testing.T) {
 	x := newH(t)
 	var gotR *http.Request
 	var gotW http.ResponseWriter
-	hd := otelhttpmw.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { gotR, gotW = r, w }), x.tr)
+	hd := x.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { gotR, gotW = r, w }), x.tr)
 	for _, c := range []struct{ method, path string }{
 		{"GET", "/health"}, {"GET", "/healthz"}, {"GET", "/ready"}, {"GET", "/metrics"},
 		{"GET", "/v1/chat/completions"}, {"POST", "/v1/models"}, {"POST", "/"},
@@ -458,11 +507,11 @@ func TestUntracedPathsGetTheSameRequestAndWriter(t *testing.T) {
 func TestRoutesConfigurable(t *testing.T) {
 	x := newH(t)
 	fs := &fakeServer{json: `{}`}
-	srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr,
-		otelhttpmw.WithRoute("/openai/v1/chat/completions", "chat"),
-		otelhttpmw.WithRoute("/v1/completions", ""),
-		otelhttpmw.WithRequestID(func(*http.Request) string { return "fixed" }),
-		otelhttpmw.WithScope(func(r *http.Request) string { return r.Header.Get("X-Tenant") }),
+	srv, c := serve(t, x.handler(fs, x.tr,
+		openaihttp.WithRoute("/openai/v1/chat/completions", "chat"),
+		openaihttp.WithRoute("/v1/completions", ""),
+		openaihttp.WithRequestID(func(*http.Request) string { return "fixed" }),
+		openaihttp.WithScope(func(r *http.Request) string { return r.Header.Get("X-Tenant") }),
 	))
 	post(t, c, srv.URL+"/v1/completions", `{"model":"m"}`)
 	post(t, c, srv.URL+"/openai/v1/chat/completions", `{"model":"m"}`, "X-Tenant", "acme")
@@ -476,7 +525,7 @@ func TestRoutesConfigurable(t *testing.T) {
 func TestFlushThroughTheWrapper(t *testing.T) {
 	x := newH(t)
 	release := make(chan struct{})
-	hd := otelhttpmw.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hd := x.handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := w.(http.Flusher); !ok {
 			t.Error("not a Flusher")
 		}
@@ -488,7 +537,7 @@ func TestFlushThroughTheWrapper(t *testing.T) {
 		_, _ = io.WriteString(w, "data: "+chatChunk(`{"content":"first"}`, "")+"\n\n")
 		w.(http.Flusher).Flush()
 		<-release // only the flush can get the chunk to the client now
-		_, _ = io.WriteString(w, "data: "+chatChunk(`{"content":"second"}`, "stop")+"\n\n")
+		_, _ = io.WriteString(w, "data: "+chatChunk(`{"content":"second"}`, "stop")+"\n\ndata: [DONE]\n\n")
 		if err := rc.Flush(); err != nil {
 			t.Errorf("ResponseController.Flush: %v", err)
 		}
@@ -521,7 +570,7 @@ func TestHandlerSpansJoinTheTrace(t *testing.T) {
 		_, sp := x.tp.Tracer("handler").Start(r.Context(), "tokenize")
 		sp.End()
 	}
-	srv, c := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+	srv, c := serve(t, x.handler(fs, x.tr))
 	post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m"}`)
 	x.only()
 	root, child := x.span("chat m"), x.span("tokenize")
@@ -532,12 +581,12 @@ func TestHandlerSpansJoinTheTrace(t *testing.T) {
 
 func TestIncomingTraceparent(t *testing.T) {
 	const tid, sid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-	trusted := []otelhttpmw.Option{otelhttpmw.WithTrustIncomingSampling(true)}
+	trusted := []openaihttp.Option{openaihttp.WithTrustIncomingSampling(true)}
 	trustingTracker := []otelstats.Option{otelstats.WithTrustParentSampling(true)}
 	for _, c := range []struct {
 		name    string
 		flags   string
-		opts    []otelhttpmw.Option
+		opts    []openaihttp.Option
 		tracker []otelstats.Option
 		parent  bool // root is the caller's child
 		sampled bool // the trace is kept
@@ -549,11 +598,11 @@ func TestIncomingTraceparent(t *testing.T) {
 		// The middleware tells the tracker per request (Arrival.TrustParent).
 		{"trusted unsampled, tracker trusts no parent", "00", trusted, nil, true, false},
 		{"untrusted unsampled, trusting tracker", "00", nil, trustingTracker, true, true},
-		{"public", "00", []otelhttpmw.Option{otelhttpmw.WithPublicEndpointFunc(func(*http.Request) bool { return true })}, trustingTracker, false, true},
+		{"public", "00", []openaihttp.Option{openaihttp.WithPublicEndpointFunc(func(*http.Request) bool { return true })}, trustingTracker, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := newH(t, c.tracker...)
-			srv, cl := serve(t, otelhttpmw.NewHandler(&fakeServer{json: `{}`}, x.tr, c.opts...))
+			srv, cl := serve(t, x.handler(&fakeServer{json: `{}`}, x.tr, c.opts...))
 			post(t, cl, srv.URL+"/v1/chat/completions", `{"model":"m"}`, "traceparent", "00-"+tid+"-"+sid+"-"+c.flags)
 			s := x.only()
 			if s.Sampled != c.sampled || x.hasSpan("chat m") != c.sampled {
@@ -581,16 +630,16 @@ func TestIncomingTraceparent(t *testing.T) {
 func TestDetailHeaderOnlyWhenTrusted(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		opts  []otelhttpmw.Option
+		opts  []openaihttp.Option
 		spans int
 	}{
 		{"untrusted asks for level 0", nil, 3},
-		{"trusted asks for level 0", []otelhttpmw.Option{otelhttpmw.WithTrustIncomingSampling(true)}, 1},
+		{"trusted asks for level 0", []openaihttp.Option{openaihttp.WithTrustIncomingSampling(true)}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := newH(t)
-			srv, cl := serve(t, otelhttpmw.NewHandler(&fakeServer{json: `{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`}, x.tr, c.opts...))
-			post(t, cl, srv.URL+"/v1/chat/completions", `{"model":"m"}`, otelhttpmw.DetailHeader, "0")
+			srv, cl := serve(t, x.handler(&fakeServer{json: `{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`}, x.tr, c.opts...))
+			post(t, cl, srv.URL+"/v1/chat/completions", `{"model":"m"}`, openaihttp.DetailHeader, "0")
 			x.only()
 			if n := len(x.spanNames()); (n == 1) != (c.spans == 1) {
 				t.Fatalf("spans %v, want %d", x.spanNames(), c.spans)

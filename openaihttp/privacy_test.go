@@ -1,4 +1,4 @@
-package otelhttpmw_test
+package openaihttp_test
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/otelstats"
-	"github.com/llmtrace/llmtrace/otelstats/otelhttpmw"
 )
 
 const (
@@ -50,11 +49,11 @@ func runPrivacyRequests(t *testing.T, opts ...otelstats.Option) (*h, *bytes.Buff
 	x := newH(t, append([]otelstats.Option{otelstats.WithStatsLog(logger, time.Nanosecond)}, opts...)...)
 	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"` + secretPrompt + `"}]}`
 	fs := &fakeServer{events: chatStream([]string{"SECRET-", "COMPLETION-", "7f3a"}, "stop", `{"prompt_tokens":9,"completion_tokens":3}`)}
-	srv, cl := serve(t, otelhttpmw.NewHandler(fs, x.tr))
+	srv, cl := serve(t, x.handler(fs, x.tr))
 	post(t, cl, srv.URL+"/v1/chat/completions", body)
 	x.wait(1)
 	fs2 := &fakeServer{json: `{"choices":[{"message":{"role":"assistant","content":"` + secretCompletion + `"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":3}}`}
-	srv2, cl2 := serve(t, otelhttpmw.NewHandler(fs2, x.tr))
+	srv2, cl2 := serve(t, x.handler(fs2, x.tr))
 	post(t, cl2, srv2.URL+"/v1/chat/completions", strings.Replace(body, `"stream":true,`, "", 1))
 	x.wait(1)
 	// Two scheduler steps: the first starts the stats interval, the

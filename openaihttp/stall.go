@@ -1,15 +1,18 @@
-package proxy
+package openaihttp
 
 import (
 	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // StallPolicy says when a gap between two content chunks of a stream is a
 // stall: longer than Factor times the median of the request's own previous
 // gaps (the last Window of them) and longer than Min, once at least MinGaps
 // gaps are known. A stall is typically a preemption, a long prefill of
-// another request in the batch, or a paused engine.
+// another request joining the batch, or a paused engine. The zero value
+// means the defaults.
 type StallPolicy struct {
 	Factor  float64       // default 8
 	Min     time.Duration // default 100 ms
@@ -24,6 +27,9 @@ const (
 	DefaultStallMinGaps = 4
 	DefaultStallWindow  = 64
 )
+
+// maxStallEvents bounds the stall events on one stream span.
+const maxStallEvents = 32
 
 func (p StallPolicy) withDefaults() StallPolicy {
 	if p.Factor <= 0 {
@@ -42,17 +48,37 @@ func (p StallPolicy) withDefaults() StallPolicy {
 }
 
 // stallDetector keeps a request's running median of inter-chunk gaps over a
-// sliding window: a ring in arrival order and the same gaps sorted.
+// sliding window (a ring in arrival order and the same gaps sorted) and
+// the stalls it found.
 type stallDetector struct {
 	p      StallPolicy
 	ring   []time.Duration
 	next   int
 	sorted []time.Duration
 	max    time.Duration
+
+	count  int
+	events []stallEvent // the first maxStallEvents
+}
+
+type stallEvent struct {
+	at          time.Time // the gap's start
+	gap, median time.Duration
+	chunk       int // the content chunk that ended it
 }
 
 func newStallDetector(p StallPolicy) *stallDetector {
 	return &stallDetector{p: p.withDefaults()}
+}
+
+// gap records the gap before content chunk idx, which began at start.
+func (d *stallDetector) gap(g time.Duration, start time.Time, idx int) {
+	if stall, med := d.add(g); stall {
+		d.count++
+		if len(d.events) < maxStallEvents {
+			d.events = append(d.events, stallEvent{at: start, gap: g, median: med, chunk: idx})
+		}
+	}
 }
 
 // median of the window, and whether enough gaps are known.
@@ -65,6 +91,17 @@ func (d *stallDetector) median() (time.Duration, bool) {
 		return d.sorted[n/2], true
 	}
 	return (d.sorted[n/2-1] + d.sorted[n/2]) / 2, true
+}
+
+// anyMedian is the window's median however few gaps it holds.
+func (d *stallDetector) anyMedian() (time.Duration, bool) {
+	if m, ok := d.median(); ok {
+		return m, true
+	}
+	if len(d.sorted) == 0 {
+		return 0, false
+	}
+	return d.sorted[len(d.sorted)/2], true
 }
 
 // add records a gap and reports whether it is a stall against the median of
@@ -85,4 +122,15 @@ func (d *stallDetector) add(gap time.Duration) (stall bool, median time.Duration
 	i, _ := slices.BinarySearch(d.sorted, gap)
 	d.sorted = slices.Insert(d.sorted, i, gap)
 	return stall, med
+}
+
+// addEvents puts the stall events on s.
+func (d *stallDetector) addEvents(s trace.Span) {
+	for _, e := range d.events {
+		s.AddEvent(EventStall, trace.WithTimestamp(e.at), trace.WithAttributes(
+			AttrStallGap.Float64(e.gap.Seconds()),
+			AttrStallMedian.Float64(e.median.Seconds()),
+			AttrStallChunk.Int(e.chunk),
+		))
+	}
 }

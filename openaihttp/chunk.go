@@ -1,0 +1,319 @@
+package openaihttp
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// chunkJSON is what the layer reads of a chat/completions chunk, a
+// Responses API event, or a whole response that was not streamed. It is
+// decoded once per SSE event, so its fields cost nothing they need not:
+// strings are kept as the raw JSON they were in (rawText, no copy),
+// content as presence only (rawJSON), and one chunkJSON is reused for all
+// of a request's events.
+type chunkJSON struct {
+	ID      rawText      `json:"id"`
+	Model   rawText      `json:"model"`
+	Object  rawText      `json:"object"`
+	Type    rawText      `json:"type"` // Responses API events
+	Delta   rawJSON      `json:"delta"`
+	Choices []choiceJSON `json:"choices"`
+	Usage   *usageJSON   `json:"usage"`
+	Error   rawJSON      `json:"error"`
+	// Responses API: the response of response.completed & co, or the
+	// top-level fields of a non-stream response.
+	Response          *responseJSON `json:"response"`
+	Status            rawText       `json:"status"`
+	IncompleteDetails *reasonJSON   `json:"incomplete_details"`
+}
+
+type choiceJSON struct {
+	Delta        deltaJSON `json:"delta"`
+	Message      deltaJSON `json:"message"`
+	Text         rawJSON   `json:"text"`
+	FinishReason rawText   `json:"finish_reason"`
+}
+
+type deltaJSON struct {
+	Content          rawJSON `json:"content"`
+	ReasoningContent rawJSON `json:"reasoning_content"`
+	Reasoning        rawJSON `json:"reasoning"`
+	Refusal          rawJSON `json:"refusal"`
+	ToolCalls        rawJSON `json:"tool_calls"`
+	FunctionCall     rawJSON `json:"function_call"`
+}
+
+func (d *deltaJSON) full() bool {
+	return d.Content == rawFull || d.ReasoningContent == rawFull || d.Reasoning == rawFull ||
+		d.Refusal == rawFull || d.ToolCalls == rawFull || d.FunctionCall == rawFull
+}
+
+type responseJSON struct {
+	ID                rawText     `json:"id"`
+	Model             rawText     `json:"model"`
+	Status            rawText     `json:"status"`
+	IncompleteDetails *reasonJSON `json:"incomplete_details"`
+	Usage             *usageJSON  `json:"usage"`
+}
+
+type reasonJSON struct {
+	Reason rawText `json:"reason"`
+}
+
+type usageJSON struct {
+	PromptTokens        *int64       `json:"prompt_tokens"`
+	CompletionTokens    *int64       `json:"completion_tokens"`
+	InputTokens         *int64       `json:"input_tokens"`
+	OutputTokens        *int64       `json:"output_tokens"`
+	PromptTokensDetails *detailsJSON `json:"prompt_tokens_details"`
+	InputTokensDetails  *detailsJSON `json:"input_tokens_details"`
+}
+
+type detailsJSON struct {
+	CachedTokens *int64 `json:"cached_tokens"`
+}
+
+// reset readies c for the next event, keeping the choices' storage.
+func (c *chunkJSON) reset() {
+	ch := c.Choices[:cap(c.Choices)]
+	clear(ch) // encoding/json decodes into reused elements without zeroing them
+	*c = chunkJSON{Choices: ch[:0]}
+}
+
+// rawJSON is a JSON value kept only to ask whether it has content.
+type rawJSON uint8
+
+const (
+	rawAbsent rawJSON = iota
+	rawEmpty          // null, "", [], {}
+	rawFull
+)
+
+func (r *rawJSON) UnmarshalJSON(b []byte) error {
+	switch string(bytes.TrimSpace(b)) {
+	case "null", `""`, "[]", "{}":
+		*r = rawEmpty
+	default:
+		*r = rawFull
+	}
+	return nil
+}
+
+// rawText is a JSON string kept as its raw bytes, pointing into the event
+// being decoded: valid only while it is (encoding/json hands UnmarshalJSON
+// a slice of its input). text copies it out; is compares without copying.
+type rawText []byte
+
+func (r *rawText) UnmarshalJSON(b []byte) error {
+	if len(b) >= 2 && b[0] == '"' {
+		*r = b
+	} else {
+		*r = nil // null, or not a string
+	}
+	return nil
+}
+
+// is reports whether r is the JSON string s (s has no escapes).
+func (r rawText) is(s string) bool {
+	return len(r) == len(s)+2 && string(r[1:len(r)-1]) == s
+}
+
+// text returns the string r holds ("" for none), cut at n bytes (on a
+// UTF-8 boundary); cut says it was.
+func (r rawText) text(n int) (s string, cut bool) {
+	if len(r) < 2 {
+		return "", false
+	}
+	inner := r[1 : len(r)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		if len(inner) <= n {
+			return string(inner), false
+		}
+		return cutUTF8(string(inner[:n+1]), n), true
+	}
+	if json.Unmarshal(r, &s) != nil {
+		return "", false
+	}
+	return cutUTF8(s, n), len(s) > n
+}
+
+// contentChoices is how many choices of c carry content (a Responses API
+// text delta counts one): the tokens a delivery carries at the least. A
+// role-only or usage-only chunk has none.
+func (c *chunkJSON) contentChoices() int {
+	n := 0
+	for i := range c.Choices {
+		ch := &c.Choices[i]
+		if ch.Text == rawFull || ch.Delta.full() || ch.Message.full() {
+			n++
+		}
+	}
+	if n > 0 {
+		return n
+	}
+	switch {
+	case c.Type.is("response.output_text.delta"), c.Type.is("response.refusal.delta"),
+		c.Type.is("response.reasoning_text.delta"), c.Type.is("response.reasoning_summary_text.delta"),
+		c.Type.is("response.function_call_arguments.delta"):
+		if c.Delta == rawFull {
+			return 1
+		}
+	}
+	return 0
+}
+
+// observed is what a request's chunks or body said about its end.
+type observed struct {
+	reason    string // the finish reason, "" if none yet
+	errType   string // stream_error, response_failed
+	sawDone   bool   // data: [DONE]
+	sawFinish bool   // a finish reason, or a Responses API final event
+	terminal  bool   // the stream's last word: [DONE] or a Responses API final event
+	prompt    int64  // -1 while unknown
+	output    int64  // -1 while unknown
+	cached    int64  // -1 while unknown
+	respID    string
+	model     string
+	cutID     bool // respID was cut at maxResponseID
+	cutModel  bool // model was cut at otelstats.MaxModelLength
+}
+
+func newObserved() observed { return observed{prompt: -1, output: -1, cached: -1} }
+
+// observe takes the finish reason, errors, usage, response id and model
+// from a chunk, an event or a whole response.
+func (o *observed) observe(c *chunkJSON) {
+	if c.Usage != nil {
+		o.usage(c.Usage)
+	}
+	o.ids(c.ID, c.Model)
+	for i := range c.Choices {
+		if fr := c.Choices[i].FinishReason; len(fr) > 2 {
+			// The tracker caps finish reasons and counts the cut.
+			o.reason, _ = fr.text(1 << 10)
+			o.sawFinish = true
+		}
+	}
+	if c.Error == rawFull || c.Object.is("error") || c.Type.is("error") {
+		o.errType = ErrorStream
+	}
+	resp := c.Response
+	if resp == nil && c.Object.is("response") {
+		resp = &responseJSON{ID: c.ID, Model: c.Model, Status: c.Status, IncompleteDetails: c.IncompleteDetails, Usage: c.Usage}
+	}
+	if c.Type.is("response.completed") || c.Type.is("response.incomplete") || c.Type.is("response.failed") {
+		o.sawFinish, o.terminal = true, true
+	}
+	if resp != nil {
+		o.response(resp)
+	}
+}
+
+func (o *observed) response(r *responseJSON) {
+	if r.Usage != nil {
+		o.usage(r.Usage)
+	}
+	o.ids(r.ID, r.Model)
+	switch {
+	case r.Status.is("completed"):
+		o.reason = otelstats.FinishStop
+	case r.Status.is("incomplete"):
+		o.reason = "length"
+		if d := r.IncompleteDetails; d != nil && len(d.Reason) > 2 && !d.Reason.is("max_output_tokens") {
+			o.reason, _ = d.Reason.text(1 << 10)
+		}
+	case r.Status.is("failed"):
+		o.errType = ErrorResponseFailed
+	}
+}
+
+// ids takes the first response id and model seen.
+func (o *observed) ids(id, model rawText) {
+	if o.respID == "" && len(id) > 2 {
+		o.respID, o.cutID = id.text(maxResponseID)
+	}
+	if o.model == "" && len(model) > 2 {
+		o.model, o.cutModel = model.text(otelstats.MaxModelLength)
+	}
+}
+
+func (o *observed) usage(u *usageJSON) {
+	p, c := u.PromptTokens, u.CompletionTokens
+	if p == nil {
+		p = u.InputTokens
+	}
+	if c == nil {
+		c = u.OutputTokens
+	}
+	sane := func(v *int64) bool { return v != nil && *v >= 0 && *v <= otelstats.MaxTokenCount }
+	if sane(p) {
+		o.prompt = *p
+	}
+	if sane(c) {
+		o.output = *c
+	}
+	d := u.PromptTokensDetails
+	if d == nil {
+		d = u.InputTokensDetails
+	}
+	if d != nil && sane(d.CachedTokens) {
+		o.cached = *d.CachedTokens
+	}
+}
+
+// maxResponseID caps gen_ai.response.id: servers send 30-odd bytes.
+const maxResponseID = 256
+
+// The response body's wanted top-level fields, in fieldSet order.
+const (
+	respID = iota
+	respModel
+	respObject
+	respStatus
+	respChoices
+	respUsage
+	respError
+	respIncomplete
+)
+
+// newResponseFields is the fieldSet of a non-stream response; the choices
+// (which hold the completion) are kept up to limit bytes.
+func newResponseFields(limit int) *fieldSet {
+	return &fieldSet{
+		keys: []string{"id", "model", "object", "status", "choices", "usage", "error", "incomplete_details"},
+		caps: []int{4 << 10, capModel, 256, 256, limit, 4 << 10, 64 << 10, 4 << 10},
+	}
+}
+
+// decodeResponseFields fills c from what the scanner kept of a response.
+func decodeResponseFields(s *fieldScanner, c *chunkJSON) {
+	dec := func(i int, v any) {
+		if raw, _ := s.value(i); len(raw) > 0 {
+			_ = json.Unmarshal(raw, v)
+		}
+	}
+	dec(respID, &c.ID)
+	dec(respModel, &c.Model)
+	dec(respObject, &c.Object)
+	dec(respStatus, &c.Status)
+	dec(respChoices, &c.Choices)
+	dec(respUsage, &c.Usage)
+	dec(respError, &c.Error)
+	dec(respIncomplete, &c.IncompleteDetails)
+	if _, over := s.value(respError); over {
+		c.Error = rawFull
+	}
+}
+
+// cutUTF8 cuts s to at most n bytes without splitting a UTF-8 sequence.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

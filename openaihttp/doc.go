@@ -1,0 +1,226 @@
+// Package openaihttp traces the OpenAI HTTP protocol — chat completions,
+// completions, the Responses API and embeddings, streamed or not — into an
+// otelstats.Tracker: one trace per request (SPEC §3) and the serving
+// metrics (SPEC §4), as the client saw them. It has two faces over one
+// observation core:
+//
+//   - NewHandler (or NewMiddleware) wraps the http.Handler of an
+//     OpenAI-compatible server written in Go;
+//   - NewProxy is a reverse proxy to any OpenAI-compatible server (vLLM,
+//     SGLang, TGI, llama.cpp, Ollama), an http.Handler to mount in a mux of
+//     your own; `llmtrace proxy` is this handler in a server.
+//
+// In a server:
+//
+//	tracker, _ := otelstats.NewTracker(otelstats.WithAutoSweep(time.Second))
+//	http.ListenAndServe(":8000", openaihttp.NewHandler(mux, tracker))
+//
+// In front of one:
+//
+//	up, _ := url.Parse("http://127.0.0.1:8000")
+//	proxy, _ := openaihttp.NewProxy(up, tracker)
+//	mux.Handle("/v1/", proxy)
+//
+// Both read the request's body and every byte of the response as it goes
+// by, never changing, delaying or reordering one, and both apply the same
+// rules: the same SSE reader, chunk parser, route table, finish rules and
+// request ids. The tracker should be live (otelstats.WithAutoSweep): the
+// layer records real time.
+//
+// # What is traced
+//
+// POST requests to DefaultRoutes: /v1/chat/completions → "chat",
+// /v1/completions → "text_completion", /v1/responses → "chat",
+// /v1/embeddings → "embeddings"; WithRoute adds or removes paths (a trailing
+// slash is ignored; the proxy also matches the path it sends upstream).
+// Everything else — /health, /metrics, /v1/models, other methods — passes
+// untouched: the middleware hands the handler the same *http.Request and
+// http.ResponseWriter; the proxy forwards it with the caller's headers.
+//
+// # The request body
+//
+// The layer reads the top-level fields of the body's JSON object as bytes
+// go by, keeping only them: model, stream, stream_options.include_usage and
+// the sampling parameters (temperature, top_p, top_k, max_tokens /
+// max_completion_tokens / max_output_tokens, seed, n, frequency_penalty,
+// presence_penalty, stop). A field of an unexpected type is skipped; a key
+// matches without regard to case; a later duplicate wins. Nested values
+// (the messages) are skipped without being held, so a body of any size
+// costs a few kilobytes.
+//
+//   - The middleware reads up to WithPeekLimit (64 KiB) of the body before
+//     it calls the handler, on towards the end of the object (at most
+//     WithMaxBody, 16 MiB, within the budget) when the model was not among
+//     those bytes — the OpenAI SDKs write it after the messages. The
+//     handler reads exactly the original bytes, then the original's error
+//     or EOF; what was read ahead is given back to the budget as the handler
+//     consumes it.
+//   - The proxy holds none of it: it reads the fields while the body
+//     streams upstream, and records the request's ARRIVED (at its arrival
+//     time) when the upstream answers. An upstream that fails before it
+//     read the body leaves the rest to the proxy, which reads on (up to
+//     MaxBody) to learn the model.
+//
+// A body that names no model the layer can read is still traced, under
+// UnknownModel, with llm.http.request_body saying why (not_json, no_model,
+// model_too_long, unread) and error.type from the response (usually "400").
+//
+// # The response
+//
+//   - A text/event-stream response is read event by event; lines end at
+//     CRLF, LF or CR. Each event whose JSON has content — delta.content,
+//     reasoning, refusal, tool calls, choices[].text, a Responses API
+//     *.delta event — is a DETOKENIZED delivery timed when it was written
+//     to the client; its tokens are its choices with content. A role-only
+//     first chunk, keep-alive comments and the usage-only last chunk are
+//     not deliveries, so TTFT ends at the first chunk with content.
+//   - A JSON response is scanned like the request: its id, model, choices
+//     (up to WithEventLimit), usage, status and error. It was received in
+//     one piece, so it has no token times (SPEC §2): FINISHED carries its
+//     usage.completion_tokens as Update.NumOutputTokens, and TTFT, TPOT,
+//     ITL, prefill and decode are absent unless an engine recording into
+//     the same tracker gives them.
+//   - The response's id and model go on the root (gen_ai.response.id,
+//     gen_ai.response.model, cut at 256 bytes and counted in
+//     llm.attributes.truncated), with http.response.status_code.
+//   - A compressed response, or another media type, passes unread.
+//
+// When a usage came, the request's output tokens equal its
+// completion_tokens (never fewer than the content chunks): while the
+// layer waits for a final usage its deliveries are held (at most 4,096),
+// then the usage is spread over them in proportion to their choices;
+// otherwise the last delivery carries what the others did not.
+//
+// # Input processing and the prompt's size
+//
+// INPUT_PROCESSED carries the prompt's size and the sampling parameters,
+// and must precede the output. It is recorded:
+//
+//   - when the handler reports its tokenization with InputProcessed (exact
+//     time and count: do this in servers that tokenize);
+//   - else, when a usage gives the prompt's size before any output had to
+//     be recorded — a response in one piece, or a stream that asked for
+//     stream_options.include_usage (the Responses API always reports it) —
+//     timed when the body was read;
+//   - else not at all: the prompt's size, if a usage brings it at the end,
+//     goes on FINISHED, and the sampling parameters are not recorded.
+//
+// Never a made-up prompt size: absent is absent.
+//
+// # How a request ends
+//
+// In this order:
+//
+//   - The client went away before the response was complete (a write to it
+//     failed, or its context ended while the request was served): abort,
+//     at the moment it went. Complete means [DONE], a finish reason or a
+//     final Responses API event (SSE), or a first byte written (JSON).
+//   - The upstream failed before it answered (proxy): error, error.type
+//     connection_refused (502 to the client), timeout (504) or
+//     upstream_error (502).
+//   - The handler panicked (middleware): error, error.type "panic"; the
+//     panic goes on.
+//   - A status ≥ 400: error, error.type the status code.
+//   - Copying the upstream's body failed (proxy): error, upstream_error.
+//   - An error event in the stream: error, stream_error
+//     (response_failed for a failed Responses API response).
+//   - The response ended early without a transport error — a stream
+//     without [DONE] or its final Responses event, a JSON object that never
+//     closed (a close-delimited body cut short): error,
+//     response_truncated.
+//   - Otherwise the finish reason read from the response, "stop" if none.
+//
+// # Incoming trace context
+//
+// The incoming traceparent (WithPropagators; W3C Trace Context by default)
+// makes the root span a child of the caller's span. Per SPEC §6 its
+// sampled flag decides sampling only when trusted:
+//
+//   - Trusted (WithTrustIncomingSampling(Func)): the span context is passed
+//     on as sent and the tracker is told per request (Arrival.TrustParent);
+//     a trusted caller may ask for a detail level with DetailHeader.
+//   - Untrusted (the default): the caller's trace and parent ids are kept,
+//     so our spans join its trace, but its flag decides nothing.
+//   - Public (WithPublicEndpoint(Func); trusted requests excepted): the
+//     caller's trace is not joined; the root starts a new trace and links
+//     to the caller's span (Arrival.Link), so a caller cannot even choose
+//     the trace our spans land in.
+//
+// The middleware's handler gets a context carrying the root span context
+// (spans it starts are children of the root) and the otelstats.Request
+// (otelstats.RequestFromContext), whose ID an in-process engine uses for
+// its updates.
+//
+// # The proxy's spans
+//
+// Beside the tracker's root and children, when the tracker keeps the
+// trace (its end-of-request sampling decides after the response ended):
+//
+//	span                        kind      from → to
+//	POST                        CLIENT    request sent upstream → its body ended
+//	llm.proxy.wait_first_token  INTERNAL  request sent upstream → first content chunk (a response in one piece: its first byte)
+//	llm.proxy.stream            INTERNAL  first content chunk → last byte delivered; events llm.proxy.stall
+//
+// The upstream receives a traceparent naming the CLIENT span, so the
+// engine's own request span (vLLM's llm_request) is its child. Its id is
+// chosen before the span exists, which needs the TracerProvider built with
+// sdktrace.WithIDGenerator(spans.IDGenerator()) — as the tracker does.
+// A gap between content chunks longer than StallPolicy.Factor (8) times
+// the median of the request's previous gaps (the last 64) and longer than
+// StallPolicy.Min (100 ms), once 4 gaps are known, is a stall: an event on
+// llm.proxy.stream and one more in the llm.proxy.stalls counter.
+//
+// # HTTP semantic conventions
+//
+// The layer emits what otelhttp emits, without depending on it (the
+// library's module takes no contrib dependency, and the tracker's root is
+// already the request's SERVER span): http.server.request.duration with
+// http.request.method, url.scheme, http.route, http.response.status_code,
+// network.protocol.* and error.type (the status code of a 5xx, or the
+// failure); the proxy's http.client.request.duration for its upstream
+// call; http.request.method, http.route, url.scheme, server.address and
+// server.port (from Host, capped at 255 bytes), user_agent.original
+// (capped at 512) and client.address on the root. The duration buckets are
+// otelhttp's extended to 640 s. The middleware counts traced routes only;
+// the proxy counts everything it serves. WithHTTPMetrics(false) turns the
+// metrics off where otelhttp already wraps the handler.
+//
+// # Server-Timing
+//
+// WithServerTiming(true) tells the client what the tracker knows of its
+// request, and its traceparent, so it can open its trace:
+//
+//	Server-Timing: queue;dur=1.204, prefill;dur=40.113, ttft;dur=45.020, decode;dur=800.310, e2e;dur=845.330, traceparent;desc="00-4bf9…-00f0…-01"
+//
+// in milliseconds: a header on a response in one piece (what is known when
+// its header is written: an in-process engine's queue, prefill and decode,
+// e2e so far), a trailer on a stream (announced in the Trailer header;
+// Go's HTTP client reads it into Response.Trailer once the body is read).
+// It is off by default: it hands the caller the trace id.
+//
+// # Bounds
+//
+// Everything from outside is bounded: the fields kept of a body (4 KiB of
+// model, 8 KiB of stop, 64 bytes per number), one SSE event and a
+// response's choices (WithEventLimit, 1 MiB), the deliveries held (4,096),
+// the stall events on a span (32), strings put on spans (see above), and
+// the bytes of bodies one Handler or Proxy holds over all its requests
+// (WithBodyBudget, 64 MiB; refusals counted in
+// llm.http.body_budget.refused). Nothing the layer reads fails or delays a
+// request. The server's own limits (ReadHeaderTimeout, ReadTimeout,
+// IdleTimeout, MaxHeaderBytes) are the embedding program's; NewTransport
+// bounds the proxy's upstream calls (dial 10 s, response headers 10 min:
+// a response that is not streamed sends them when it is done).
+//
+// # Models on metrics
+//
+// The tracker decides which model names keep their own metric series
+// (otelstats.WithModels; without it, the first 64 seen). A proxy in front
+// of untrusted clients should give it the models it serves — UpstreamModels
+// reads them from the upstream's /v1/models, as `llmtrace proxy` does —
+// with UnknownModel beside them, so that junk names cannot push the real
+// ones into "other".
+//
+// Handler and Proxy are safe for concurrent use; their zero values are not
+// usable (use the constructors).
+package openaihttp

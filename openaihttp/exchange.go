@@ -1,0 +1,501 @@
+package openaihttp
+
+import (
+	"context"
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// maxPending bounds the deliveries held while the prompt's size may still
+// come with the final usage (stream_options.include_usage): 4,096 of 16
+// bytes. Past it the layer stops waiting and records as chunks come.
+const maxPending = 4096
+
+// respMode is how the layer reads a response body.
+type respMode uint8
+
+const (
+	modeUnknown respMode = iota
+	modeSSE              // text/event-stream: each content event is a delivery
+	modeJSON             // a JSON body, its top-level fields scanned as it goes by
+	modeOpaque           // compressed, or not ours to read
+)
+
+// pendingDelivery is a content chunk not yet recorded: when it reached the
+// client (after the request's arrival) and how many choices had content.
+type pendingDelivery struct {
+	off time.Duration
+	w   int32
+}
+
+// exchange is one traced request as the HTTP layer sees it: the request
+// body's fields, every byte of the response as it is written to the
+// client, and the rules that turn them into the tracker's updates. The
+// middleware and the proxy share it; they differ only in where the bytes
+// come from. Its methods are called by the goroutine serving the request,
+// except handlerInput (any goroutine the handler uses), under mu.
+type exchange struct {
+	mu  sync.Mutex
+	cfg *config
+	q   *otelstats.Request
+	op  string
+
+	arrived  time.Time
+	parsedAt time.Time // the request body was read: INPUT_PROCESSED's time when a usage gives the prompt's size
+	ri       requestInfo
+	sp       *otelstats.SamplingParams
+	reqCtx   context.Context
+	hold     *hold
+
+	status     int
+	mode       respMode
+	headerAt   time.Time
+	firstWrite time.Time
+	lastWrite  time.Time
+	writeErrAt time.Time
+	bytesOut   int64
+
+	sse    sseReader
+	chunk  chunkJSON
+	at     time.Time // the write being read, for the events it completes
+	obs    observed
+	events int // SSE events with data
+	chunks int // of which carried content (deliveries)
+	body   *fieldScanner
+
+	// Input processing: recorded with the prompt's size once known, or
+	// given up on (inputDone without inputRecorded) when output must be
+	// recorded first.
+	inputDone, inputRecorded bool
+	prompt                   int64 // -1 while unknown
+
+	// Deliveries not yet recorded: all of them while waiting for the final
+	// usage, else the last one only, whose count the usage may correct.
+	live         bool
+	pending      []pendingDelivery
+	recorded     int64
+	lastRecorded time.Time
+	firstContent time.Time
+	lastContent  time.Time
+	end          time.Time // FINISHED's time
+
+	stall *stallDetector // the proxy's; nil in the middleware
+
+	capture bool
+	input   string
+	output  strings.Builder
+
+	trailerKey, trailer string // Server-Timing on a stream (servertiming.go)
+
+	done bool
+	// finishing is set just before FINISHED is recorded, when the state is
+	// final: a finish hook running on another goroutine (the tracker ended
+	// the request itself, by TTL, eviction or Shutdown) must not read it
+	// otherwise.
+	finishing atomic.Bool
+}
+
+func newExchange(cfg *config, op string, arrived time.Time, reqCtx context.Context) *exchange {
+	ex := &exchange{cfg: cfg, op: op, arrived: arrived, reqCtx: reqCtx, prompt: -1, obs: newObserved()}
+	ex.hold = cfg.budget.newHold()
+	ex.sse = sseReader{limit: cfg.eventLimit, hold: ex.hold}
+	return ex
+}
+
+// begin sets what the request body said, once it is known; waitUsage says
+// whether deliveries may wait for a final usage.
+func (ex *exchange) begin(q *otelstats.Request, ri requestInfo, parsedAt time.Time, responsesAPI, capture bool) {
+	ex.q, ex.ri, ex.sp, ex.parsedAt, ex.capture = q, ri, ri.sampling(), parsedAt, capture
+	// The Responses API always ends its stream with the usage.
+	ex.live = !(ri.Stream && (ri.IncludeUsage || responsesAPI))
+}
+
+// header notes the response's final status and decides how to read its
+// body. Informational responses are passed by.
+func (ex *exchange) header(code int, h http.Header, at time.Time) {
+	if code < 200 {
+		return
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.status != 0 {
+		return
+	}
+	ex.status, ex.headerAt = code, at
+	ex.mode = modeOf(h, ex.ri.Stream)
+	if ex.mode == modeJSON {
+		ex.body = newFieldScanner(ex.cfg.responseFields, ex.hold)
+	}
+	if ex.cfg.serverTiming {
+		ex.timingHeader(h, at)
+	}
+}
+
+func modeOf(h http.Header, stream bool) respMode {
+	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		return modeOpaque
+	}
+	mt, _, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	switch {
+	case mt == "text/event-stream":
+		return modeSSE
+	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
+		return modeJSON
+	case mt == "" && stream:
+		return modeSSE
+	case mt == "":
+		return modeJSON
+	}
+	return modeOpaque
+}
+
+// wrote sees bytes written to the client, after they were passed on.
+func (ex *exchange) wrote(at time.Time, p []byte, err error) {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.done {
+		return
+	}
+	if err != nil && ex.writeErrAt.IsZero() {
+		ex.writeErrAt = at
+	}
+	if len(p) > 0 && ex.firstWrite.IsZero() {
+		ex.firstWrite = at
+	}
+	if !ex.writeErrAt.IsZero() || ex.reqCtx.Err() != nil {
+		return // the client is gone: nothing more is delivered
+	}
+	ex.lastWrite = at
+	ex.bytesOut += int64(len(p))
+	switch ex.mode {
+	case modeSSE:
+		ex.at = at
+		ex.sse.feed(p, ex)
+	case modeJSON:
+		ex.body.feed(p)
+	}
+}
+
+// event reads one SSE event (the sseSink of ex.sse).
+func (ex *exchange) event(data []byte, over bool) {
+	ex.events++
+	if over {
+		return
+	}
+	if isDone(data) {
+		ex.obs.sawDone, ex.obs.terminal = true, true
+		return
+	}
+	c := &ex.chunk
+	c.reset()
+	if json.Unmarshal(data, c) != nil {
+		return // not JSON: not ours to judge
+	}
+	ex.observe(c)
+	if n := c.contentChoices(); n > 0 {
+		ex.deliver(ex.at, n)
+		if ex.capture {
+			appendOutput(&ex.output, data)
+		}
+	}
+}
+
+func isDone(data []byte) bool {
+	for len(data) > 0 && (data[len(data)-1] == ' ' || data[len(data)-1] == '\t') {
+		data = data[:len(data)-1]
+	}
+	for len(data) > 0 && (data[0] == ' ' || data[0] == '\t') {
+		data = data[1:]
+	}
+	return string(data) == "[DONE]"
+}
+
+// observe takes what a chunk says; a usage with the prompt's size before
+// any output had to be recorded lets INPUT_PROCESSED go in, and what
+// waited for it follow.
+func (ex *exchange) observe(c *chunkJSON) {
+	ex.obs.observe(c)
+	if ex.obs.prompt >= 0 && !ex.inputRecorded {
+		ex.prompt = ex.obs.prompt
+		if !ex.inputDone {
+			ex.ensureInput()
+			ex.live = true
+			ex.flush(true)
+		}
+	}
+}
+
+// deliver notes a content chunk of n choices handed to the client at at.
+func (ex *exchange) deliver(at time.Time, n int) {
+	ex.chunks++
+	if ex.firstContent.IsZero() {
+		ex.firstContent = at
+	} else if ex.stall != nil {
+		ex.stall.gap(at.Sub(ex.lastContent), ex.lastContent, ex.chunks-1)
+	}
+	ex.lastContent = at
+	ex.pending = append(ex.pending, pendingDelivery{off: at.Sub(ex.arrived), w: int32(n)})
+	if !ex.live && len(ex.pending) > maxPending {
+		ex.live = true
+	}
+	if ex.live {
+		ex.flush(true)
+	}
+}
+
+// flush records the pending deliveries, each its choices' worth of
+// tokens, but the last when keepLast.
+func (ex *exchange) flush(keepLast bool) {
+	k := len(ex.pending)
+	if keepLast {
+		k--
+	}
+	for i := 0; i < k; i++ {
+		d := ex.pending[i]
+		ex.record(ex.arrived.Add(d.off), int64(d.w))
+	}
+	if k > 0 {
+		ex.pending = ex.pending[:copy(ex.pending, ex.pending[k:])]
+	}
+}
+
+func (ex *exchange) record(at time.Time, n int64) {
+	ex.ensureInput()
+	_ = ex.q.Detokenized(at, int(n), 0)
+	ex.recorded += n
+	ex.lastRecorded = at
+}
+
+// settle records the pending deliveries at the end: the usage's output
+// tokens (whatever the recorded ones did not carry) spread over them in
+// proportion to their choices, each at least one.
+func (ex *exchange) settle() {
+	n := len(ex.pending)
+	if n == 0 {
+		return
+	}
+	w := make([]int, n)
+	total := 0
+	for i, d := range ex.pending {
+		w[i] = int(d.w)
+		total += w[i]
+	}
+	rest := total
+	if ex.obs.output >= 0 {
+		rest = int(max(ex.obs.output-ex.recorded, int64(n)))
+	}
+	for i, k := range spread(w, rest) {
+		ex.record(ex.arrived.Add(ex.pending[i].off), int64(k))
+	}
+	ex.pending = ex.pending[:0]
+}
+
+// spread divides total (at least len(w)) over len(w) deliveries: one each,
+// and the rest in proportion to w, rounding so that the parts sum to total.
+func spread(w []int, total int) []int {
+	out := make([]int, len(w))
+	sum := 0
+	for _, v := range w {
+		sum += max(v, 1)
+	}
+	extra := max(total-len(w), 0)
+	cum, given := 0, 0
+	for i, v := range w {
+		cum += max(v, 1)
+		upto := (extra*cum + sum - 1) / sum // ceil
+		out[i] = 1 + upto - given
+		given = upto
+	}
+	return out
+}
+
+// ensureInput records INPUT_PROCESSED if the prompt's size is known by the
+// time it must be decided, and gives it up otherwise.
+func (ex *exchange) ensureInput() {
+	if ex.inputDone {
+		return
+	}
+	ex.inputDone = true
+	if ex.prompt >= 0 && ex.q.InputProcessed(ex.parsedAt, int(ex.prompt), ex.sp) == nil {
+		ex.inputRecorded = true
+	}
+}
+
+// handlerInput is InputProcessed reported by the handler.
+func (ex *exchange) handlerInput(at time.Time, promptTokens int) error {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.done || ex.inputDone || len(ex.pending) > 0 || ex.recorded > 0 {
+		return ErrTooLate
+	}
+	ex.inputDone = true
+	if err := ex.q.InputProcessed(at, promptTokens, ex.sp); err != nil {
+		return err
+	}
+	ex.inputRecorded, ex.prompt, ex.live = true, int64(promptTokens), true
+	return nil
+}
+
+// outcome is how serving the request ended.
+type outcome struct {
+	end      time.Time
+	gone     time.Time // when the client went away while it was served, or zero
+	panicked bool      // the handler panicked (middleware)
+	aborted  bool      // copying the upstream's response failed (proxy)
+	// upstreamErr is an upstream failure before it answered (proxy).
+	upstreamErr   string
+	upstreamErrAt time.Time
+}
+
+// complete reports whether the client got the whole response before it
+// left: a stream's end ([DONE], a finish reason or a final Responses API
+// event), or any byte of another response.
+func (ex *exchange) complete(o *outcome) bool {
+	if ex.mode == modeSSE {
+		return ex.obs.sawDone || ex.obs.sawFinish
+	}
+	return !ex.firstWrite.IsZero() && (o.gone.IsZero() || ex.firstWrite.Before(o.gone))
+}
+
+// truncated reports a response that ended early without an error from the
+// transport: a stream without [DONE] or its final event, a JSON body
+// whose object never closed (a close-delimited body cut short).
+func (ex *exchange) truncated() bool {
+	switch ex.mode {
+	case modeSSE:
+		return !ex.obs.terminal
+	case modeJSON:
+		return !ex.body.complete() && !ex.body.bad
+	}
+	return false
+}
+
+// finish records what remains and FINISHED, and returns the update.
+func (ex *exchange) finish(o outcome) otelstats.Update {
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if ex.done {
+		return otelstats.Update{}
+	}
+	if ex.status == 0 && o.upstreamErr == "" {
+		ex.status = http.StatusOK // a handler that wrote nothing
+	}
+	ex.readBodyEnd(&o)
+	ex.done = true
+	ex.settle()
+	ex.ensureInput()
+	u := ex.finishUpdate(&o)
+	if ex.mode == modeJSON && ex.status < 400 && ex.obs.output > 0 {
+		// Delivered in one piece: counted, with no token times (SPEC §2).
+		u.NumOutputTokens = int(ex.obs.output)
+	}
+	if ex.prompt >= 0 && !ex.inputRecorded {
+		u.NumPromptTokens = int(ex.prompt)
+	}
+	if ex.capture {
+		ex.q.RecordContent(ex.input, ex.output.String())
+	}
+	ex.timingTrailer(u.Time)
+	if ex.obs.cutID {
+		ex.cfg.countTruncated(attributes.ResponseID)
+	}
+	if ex.obs.cutModel {
+		ex.cfg.countTruncated(attributes.ResponseModel)
+	}
+	_ = ex.q.SetAttributes(ex.responseAttrs()...)
+	ex.end = u.Time
+	ex.finishing.Store(true)
+	_ = ex.q.Record(u)
+	ex.sse.release()
+	if ex.body != nil {
+		ex.body.release()
+	}
+	ex.hold.close()
+	return u
+}
+
+// readBodyEnd reads what the end of the response body says.
+func (ex *exchange) readBodyEnd(o *outcome) {
+	switch ex.mode {
+	case modeSSE:
+		if ex.sse.pending() && o.gone.IsZero() && ex.writeErrAt.IsZero() {
+			ex.sse.flush(ex) // a last event without its blank line
+		}
+	case modeJSON:
+		c := &ex.chunk
+		c.reset()
+		decodeResponseFields(ex.body, c)
+		ex.observe(c)
+		if ex.capture && ex.status < 400 {
+			if raw, _ := ex.body.value(respChoices); len(raw) > 0 {
+				appendOutput(&ex.output, append(append([]byte(`{"choices":`), raw...), '}'))
+			}
+		}
+	}
+}
+
+// finishUpdate applies the finish rules (see the package doc).
+func (ex *exchange) finishUpdate(o *outcome) otelstats.Update {
+	u := otelstats.Update{Kind: otelstats.KindFinished, Time: o.end}
+	fail := func(t string) { u.FinishReason, u.ErrorType = otelstats.FinishError, t }
+	switch {
+	case !ex.writeErrAt.IsZero() || (!o.gone.IsZero() && !ex.complete(o)):
+		u.FinishReason = otelstats.FinishAbort
+		at := ex.writeErrAt
+		if at.IsZero() || (!o.gone.IsZero() && o.gone.Before(at)) {
+			at = o.gone
+		}
+		if at.Before(ex.lastRecorded) {
+			at = ex.lastRecorded
+		}
+		u.Time = at
+	case o.upstreamErr != "":
+		fail(o.upstreamErr)
+		u.Time = o.upstreamErrAt
+	case o.panicked:
+		fail(ErrorPanic)
+	case ex.status >= 400:
+		fail(strconv.Itoa(ex.status))
+	case o.aborted && !(ex.complete(o) && !o.gone.IsZero()):
+		fail(ErrorUpstream)
+	case ex.obs.errType != "":
+		fail(ex.obs.errType)
+	case ex.truncated():
+		fail(ErrorTruncated)
+	case ex.obs.reason != "":
+		u.FinishReason = ex.obs.reason
+	default:
+		u.FinishReason = otelstats.FinishStop
+	}
+	if u.Time.Before(ex.arrived) {
+		u.Time = ex.arrived
+	}
+	return u
+}
+
+// responseAttrs are the root's attributes from the response: its status
+// and the GenAI response id and model (capped: they come from outside).
+func (ex *exchange) responseAttrs() []attribute.KeyValue {
+	a := make([]attribute.KeyValue, 0, 3)
+	if ex.status != 0 {
+		a = append(a, attributes.HTTPStatusCode.Int(ex.status))
+	}
+	if ex.obs.respID != "" {
+		a = append(a, attributes.ResponseID.String(ex.obs.respID))
+	}
+	if ex.obs.model != "" {
+		a = append(a, attributes.ResponseModel.String(ex.obs.model))
+	}
+	return a
+}

@@ -1,0 +1,636 @@
+package openaihttp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/otelstats"
+	"github.com/llmtrace/llmtrace/spans"
+)
+
+// Error types of the proxy's upstream failures, and of responses that end
+// badly (error.type on the root, FINISHED's ErrorType).
+const (
+	ErrorConnectionRefused = "connection_refused" // nobody listens upstream (502 to the client)
+	ErrorTimeout           = "timeout"            // dial or response headers too slow (504)
+	ErrorUpstream          = "upstream_error"     // any other failure before or while it answered
+	ErrorStream            = "stream_error"       // an error event in the stream
+	ErrorResponseFailed    = "response_failed"    // a failed Responses API response
+	ErrorTruncated         = "response_truncated" // a stream without [DONE], a JSON body cut short
+	ErrorPanic             = "panic"              // the handler panicked (middleware)
+)
+
+// Proxy is a tracing reverse proxy to one OpenAI-compatible server: an
+// http.Handler to mount in a mux of your own (see the package doc, "The
+// proxy"). Create it with NewProxy. Safe for concurrent use.
+type Proxy struct {
+	up        *url.URL
+	host      string
+	port      int
+	t         *otelstats.Tracker
+	cfg       *config
+	rp        *httputil.ReverseProxy
+	transport http.RoundTripper
+}
+
+var _ http.Handler = (*Proxy)(nil)
+
+// NewProxy returns a proxy to upstream (its base URL, e.g.
+// http://127.0.0.1:8000 or http://host:11434/v1) recording into t, which
+// should be live (otelstats.WithAutoSweep) and built with the same
+// TracerProvider as WithTracerProvider gives, with
+// sdktrace.WithIDGenerator(spans.IDGenerator()).
+func NewProxy(upstream *url.URL, t *otelstats.Tracker, opts ...Option) (*Proxy, error) {
+	if upstream == nil || upstream.Host == "" || (upstream.Scheme != "http" && upstream.Scheme != "https") {
+		return nil, errors.New("openaihttp: the upstream needs an http or https URL with a host")
+	}
+	if t == nil {
+		return nil, errors.New("openaihttp: NewProxy needs a tracker")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{up: upstream, t: t, cfg: cfg, host: upstream.Hostname(), transport: cfg.transport}
+	if p.transport == nil {
+		p.transport = NewTransport(TransportConfig{})
+	}
+	p.port, _ = strconv.Atoi(upstream.Port())
+	if p.port == 0 {
+		p.port = 80
+		if upstream.Scheme == "https" {
+			p.port = 443
+		}
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:       p.rewrite,
+		Transport:     upstreamTransport{p.transport},
+		FlushInterval: -1, // every write reaches the client at once
+		ErrorHandler:  p.upstreamFailed,
+		ErrorLog:      log.New(io.Discard, "", 0),
+	}
+	return p, nil
+}
+
+// CloseIdleConnections closes the idle connections to the upstream.
+func (p *Proxy) CloseIdleConnections() {
+	if t, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+}
+
+// TransportConfig bounds the proxy's calls upstream; zero fields take the
+// defaults.
+type TransportConfig struct {
+	DialTimeout time.Duration // DefaultDialTimeout
+	// ResponseHeaderTimeout bounds the wait for the upstream's response
+	// headers, which a server that does not stream sends only when the
+	// whole completion is done: hence minutes.
+	ResponseHeaderTimeout time.Duration // DefaultResponseHeaderTimeout
+	IdleConnTimeout       time.Duration // DefaultIdleConnTimeout
+	MaxIdleConnsPerHost   int           // DefaultMaxIdleConnsPerHost
+}
+
+// NewTransport returns the transport NewProxy uses by default: a clone of
+// http.DefaultTransport with these bounds, and enough idle connections per
+// host for a proxy (the default's 2 would dial anew for most requests).
+func NewTransport(c TransportConfig) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	d := &net.Dialer{Timeout: orDefault(c.DialTimeout, DefaultDialTimeout), KeepAlive: 30 * time.Second}
+	t.DialContext = d.DialContext
+	t.ResponseHeaderTimeout = orDefault(c.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
+	t.IdleConnTimeout = orDefault(c.IdleConnTimeout, DefaultIdleConnTimeout)
+	t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	if c.MaxIdleConnsPerHost > 0 {
+		t.MaxIdleConnsPerHost = c.MaxIdleConnsPerHost
+	}
+	t.MaxIdleConns = max(t.MaxIdleConns, t.MaxIdleConnsPerHost)
+	return t
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// upstreamPath maps the path a client asked for onto the upstream's base
+// path without doubling what they share: with base /v1,
+// /v1/chat/completions stays and /chat/completions becomes
+// /v1/chat/completions; with /openai/v1, /v1/models becomes
+// /openai/v1/models. Both are escaped paths.
+func upstreamPath(base, path string) string {
+	base = strings.TrimSuffix(base, "/")
+	if base == "" {
+		return path
+	}
+	if path == "" {
+		path = "/"
+	}
+	for i := 0; i < len(base); i++ {
+		if base[i] != '/' {
+			continue
+		}
+		if tail := base[i:]; path == tail || strings.HasPrefix(path, tail+"/") {
+			return base[:i] + path
+		}
+	}
+	return base + path
+}
+
+// route returns the traced route of r, matched on the path the client
+// asked for or the path it goes to upstream.
+func (p *Proxy) route(r *http.Request) (route, op string, ok bool) {
+	if route, op, ok = p.cfg.route(r.Method, r.URL.Path); ok {
+		return route, op, ok
+	}
+	return p.cfg.route(r.Method, upstreamPath(p.up.Path, r.URL.Path))
+}
+
+type callKey struct{}
+
+// bodyKey is the client's body as the proxy reads it (scanBody,
+// timeoutBody), for the error handler: ReverseProxy may hand it a wrapper.
+type bodyKey struct{}
+
+func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
+	u := pr.Out.URL
+	u.Scheme, u.Host = p.up.Scheme, p.up.Host
+	escaped := upstreamPath(p.up.EscapedPath(), pr.In.URL.EscapedPath())
+	if path, err := url.PathUnescape(escaped); err == nil {
+		u.Path, u.RawPath = path, ""
+		if u.EscapedPath() != escaped {
+			u.RawPath = escaped
+		}
+	}
+	switch {
+	case p.up.RawQuery == "":
+	case u.RawQuery == "":
+		u.RawQuery = p.up.RawQuery
+	default:
+		u.RawQuery = p.up.RawQuery + "&" + u.RawQuery
+	}
+	pr.Out.Host = ""
+	pr.SetXForwarded()
+	c, _ := pr.In.Context().Value(callKey{}).(*call)
+	if c == nil {
+		return // untraced: the caller's headers go on as they are
+	}
+	pr.Out.Header.Del("traceparent")
+	pr.Out.Header.Del("tracestate")
+	p.cfg.prop.Inject(trace.ContextWithSpanContext(c.in.ctx, c.upstreamSpan()), propagation.HeaderCarrier(pr.Out.Header))
+}
+
+// upstreamTransport notes when a traced request goes upstream, when its
+// response headers came and when its body ended.
+type upstreamTransport struct{ rt http.RoundTripper }
+
+func (t upstreamTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c, _ := r.Context().Value(callKey{}).(*call)
+	if c == nil {
+		return t.rt.RoundTrip(r)
+	}
+	c.sent = time.Now()
+	resp, err := t.rt.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	c.respAt, c.upStatus, c.upProto = time.Now(), resp.StatusCode, protoVersion(resp.ProtoMajor, resp.ProtoMinor)
+	resp.Body = &upstreamBody{ReadCloser: resp.Body, c: c}
+	return resp, nil
+}
+
+// upstreamBody notes when the upstream's body ended, and how.
+type upstreamBody struct {
+	io.ReadCloser
+	c *call
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && b.c.bodyEnd.IsZero() {
+		b.c.bodyEnd = time.Now()
+		if err != io.EOF {
+			b.c.bodyErr = true
+		}
+	}
+	return n, err
+}
+
+func (b *upstreamBody) Close() error {
+	if b.c.bodyEnd.IsZero() {
+		b.c.bodyEnd = time.Now()
+	}
+	return b.ReadCloser.Close()
+}
+
+// upstreamFailed answers for an upstream that failed before it did.
+func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error) {
+	code, errType := http.StatusBadGateway, ErrorUpstream
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		errType = ErrorConnectionRefused
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		errType, code = ErrorTimeout, http.StatusGatewayTimeout
+	}
+	if r.Context().Err() != nil {
+		if tb, _ := r.Context().Value(bodyKey{}).(interface{ timedOut() bool }); tb != nil && tb.timedOut() {
+			// The server ended the request on a read deadline: the client
+			// was too slow to send its body (ReadTimeout), and is told so
+			// rather than answered 200 with nothing.
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusRequestTimeout)
+		}
+		return // else the client is gone (and the call cancelled): an abort, nobody to answer
+	}
+	if c, _ := r.Context().Value(callKey{}).(*call); c != nil && c.upErr == "" {
+		c.upErr, c.upErrAt = errType, time.Now()
+	}
+	p.cfg.logger.Warn("upstream request failed", "err", err, "error_type", errType)
+	w.WriteHeader(code)
+}
+
+// ServeHTTP proxies r, tracing it when it is an inference request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The body streams upstream while the response streams back: without
+	// this an HTTP/1 server would consume what is left of the body, under
+	// the transport's feet, once the response begins.
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	route, op, ok := p.route(r)
+	if !ok {
+		p.pass(w, r)
+		return
+	}
+	c := p.newCall(r, route, op)
+	ctx := context.WithValue(r.Context(), callKey{}, c)
+	r2 := r.WithContext(ctx)
+	if c.body != nil {
+		r2 = r.WithContext(context.WithValue(ctx, bodyKey{}, c.body))
+		r2.Body = c.body
+	}
+	rw := &respWriter{ResponseWriter: w, ex: c.ex, before: func(int) { c.arrive() }}
+	gone := watchGone(r.Context())
+	defer func() {
+		v := recover()
+		// ReverseProxy aborts the response (http.ErrAbortHandler) when
+		// copying it fails: the client left, or the upstream did.
+		c.finish(w, outcome{end: time.Now(), gone: gone(), aborted: v != nil || c.bodyErr,
+			upstreamErr: c.upErr, upstreamErrAt: c.upErrAt})
+		if v != nil {
+			panic(v)
+		}
+	}()
+	p.rp.ServeHTTP(rw, r2)
+}
+
+// pass proxies an untraced request, counting it in the HTTP server metric.
+func (p *Proxy) pass(w http.ResponseWriter, r *http.Request) {
+	if !p.cfg.httpMetrics {
+		p.rp.ServeHTTP(w, r)
+		return
+	}
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	if r.Body != nil && r.Body != http.NoBody {
+		tb := &timeoutBody{ReadCloser: r.Body}
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, tb))
+		r.Body = tb
+	}
+	defer func() {
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		p.cfg.inst.recordServer(r, "", sw.status, httpErrorType(sw.status, ""), time.Since(start))
+	}()
+	p.rp.ServeHTTP(sw, r)
+}
+
+// call is one traced request through the proxy. Its fields are written on
+// the goroutine serving the request (ReverseProxy calls the transport and
+// reads the response there); the request body is read by the transport's
+// own goroutine, behind scanBody's lock.
+type call struct {
+	p     *Proxy
+	r     *http.Request
+	route string
+	ex    *exchange
+	body  *scanBody
+	in    incoming
+	id    string
+
+	traceID    trace.TraceID // the root's, decided before the upstream is called
+	clientSpan trace.SpanID  // the upstream call's span, whose id the upstream receives
+	arrived    bool
+
+	sent, respAt, bodyEnd time.Time
+	upStatus              int
+	upProto               string
+	bodyErr               bool
+	upErr                 string
+	upErrAt               time.Time
+}
+
+func (p *Proxy) newCall(r *http.Request, route, op string) *call {
+	now := time.Now()
+	c := &call{p: p, r: r, route: route, ex: newExchange(p.cfg, op, now, r.Context()), id: p.cfg.newRequestID(r)}
+	c.ex.stall = newStallDetector(p.cfg.stall)
+	c.in = p.cfg.incoming(r)
+	if sc := trace.SpanContextFromContext(c.in.ctx); sc.IsValid() {
+		c.traceID = sc.TraceID()
+	} else {
+		c.traceID = spans.NewTraceID()
+	}
+	c.clientSpan = spans.NewSpanID()
+	fields := requestFields
+	if p.t.CapturesContent() {
+		fields = requestFieldsCapture
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		c.body = &scanBody{rest: r.Body, s: newFieldScanner(fields, c.ex.hold)}
+	}
+	return c
+}
+
+// upstreamSpan is the span context the upstream receives: the upstream
+// call's span, a child of the request's root, emitted when the request
+// has ended (and its trace is kept).
+func (c *call) upstreamSpan() trace.SpanContext {
+	var ts trace.TraceState
+	if sc := trace.SpanContextFromContext(c.in.ctx); sc.IsValid() {
+		ts = sc.TraceState()
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: c.traceID, SpanID: c.clientSpan,
+		TraceFlags: trace.FlagsSampled, TraceState: ts})
+}
+
+// arrive records ARRIVED, at the time the request came, once the body has
+// said what it could: when the upstream answers or fails (it has read the
+// body by then), or at the end.
+func (c *call) arrive() {
+	if c.arrived {
+		return
+	}
+	c.arrived = true
+	var ri requestInfo
+	model, problem := UnknownModel, BodyNotJSON
+	parsed, input := time.Time{}, ""
+	if c.body != nil {
+		if c.upErr != "" {
+			c.body.drain(c.p.cfg.maxBody, true)
+		}
+		ri, model, problem, parsed, input = c.body.result()
+	}
+	if parsed.IsZero() {
+		parsed = time.Now()
+	}
+	ex := c.ex
+	q, _ := c.p.t.Arrive(c.in.ctx, c.id, c.p.cfg.arrival(c.r, &c.in, onArrival{time: ex.arrived, model: model, op: ex.op,
+		traceID: c.traceID, onFinish: c.finished}))
+	c.p.cfg.noteBody(q, c.r, c.route, &ri, problem)
+	capture := c.p.t.CapturesContent()
+	ex.begin(q, ri, parsed, isResponsesAPI(c.route), capture)
+	ex.input = input
+}
+
+// finish records the request's end and its metrics.
+func (c *call) finish(w http.ResponseWriter, o outcome) {
+	c.arrive()
+	if c.body != nil {
+		_ = c.body.rest.Close()
+	}
+	ex := c.ex
+	u := ex.finish(o)
+	ex.setTrailer(w.Header())
+	cfg := c.p.cfg
+	if n := ex.stall.count; n > 0 {
+		cfg.inst.stalls.Add(context.Background(), int64(n), metric.WithAttributes(attributes.OperationName.String(ex.op)))
+	}
+	if !cfg.httpMetrics {
+		return
+	}
+	cfg.inst.recordServer(c.r, c.route, ex.status, httpErrorType(ex.status, u.ErrorType), o.end.Sub(ex.arrived))
+	if !c.sent.IsZero() {
+		end := c.bodyEnd
+		if end.IsZero() {
+			end = o.end
+		}
+		cfg.inst.recordClient(http.MethodPost, c.p.up.Scheme, c.p.host, c.p.port, c.upStatus, c.clientErrorType(), end.Sub(c.sent))
+	}
+}
+
+// clientErrorType is the upstream call's error.type.
+func (c *call) clientErrorType() string {
+	switch {
+	case c.upErr != "":
+		return c.upErr
+	case c.bodyErr:
+		return ErrorUpstream
+	case c.upStatus >= 400:
+		return strconv.Itoa(c.upStatus)
+	}
+	return ""
+}
+
+// finished is the request's finish hook: when its trace was kept, the
+// proxy's own spans join it.
+func (c *call) finished(s *otelstats.RequestStats) {
+	if !s.Sampled || !c.ex.finishing.Load() {
+		return // dropped, or ended by the tracker while still being served
+	}
+	c.emit()
+}
+
+// emit starts and ends the proxy's spans as children of the request's
+// root, with explicit times inside it.
+func (c *call) emit() {
+	ex := c.ex
+	tracer := c.p.cfg.tracer
+	root := trace.ContextWithSpanContext(context.Background(), ex.q.SpanContext())
+	lo, hi := ex.arrived, maxTime(ex.end, ex.arrived)
+	in := func(t time.Time) time.Time { return minTime(maxTime(t, lo), hi) }
+	sent := in(c.sent)
+	if c.sent.IsZero() {
+		sent = in(ex.parsedAt)
+	}
+	errType := c.clientErrorType()
+	if !c.sent.IsZero() {
+		end := c.bodyEnd
+		if end.IsZero() {
+			end = hi
+		}
+		ctx := spans.ContextWithIDs(root, c.traceID, c.clientSpan)
+		_, s := tracer.Start(ctx, http.MethodPost, trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(sent),
+			trace.WithAttributes(c.clientAttrs(errType)...))
+		if errType != "" {
+			s.SetStatus(codes.Error, errType)
+		}
+		s.End(trace.WithTimestamp(in(end)))
+	}
+	waitEnd := ex.firstContent
+	if waitEnd.IsZero() && ex.mode != modeSSE {
+		waitEnd = ex.firstWrite // a response in one piece: its first byte
+	}
+	if waitEnd.IsZero() {
+		waitEnd = hi
+	}
+	waitEnd = maxTime(in(waitEnd), sent)
+	attrs := []attribute.KeyValue{attributes.ServerAddress.String(c.p.host), attributes.ServerPort.Int(c.p.port)}
+	if ex.status != 0 {
+		attrs = append(attrs, attributes.HTTPStatusCode.Int(ex.status))
+	}
+	if !c.respAt.IsZero() {
+		attrs = append(attrs, AttrHeadersAfter.Float64(c.respAt.Sub(c.sent).Seconds()))
+	}
+	_, w := tracer.Start(root, SpanWaitFirstToken, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithTimestamp(sent), trace.WithAttributes(attrs...))
+	if !c.respAt.IsZero() {
+		w.AddEvent(EventHeaders, trace.WithTimestamp(minTime(maxTime(c.respAt, sent), waitEnd)))
+	}
+	if ex.firstContent.IsZero() && errType != "" {
+		w.SetAttributes(attributes.ErrorType.String(errType))
+		w.SetStatus(codes.Error, errType)
+	}
+	w.End(trace.WithTimestamp(waitEnd))
+	if !ex.firstContent.IsZero() && ex.mode == modeSSE {
+		c.emitStream(root, in, errType)
+	}
+}
+
+// emitStream emits llm.proxy.stream: the first content chunk to the last
+// byte delivered, with the stream's gaps and stalls.
+func (c *call) emitStream(root context.Context, in func(time.Time) time.Time, errType string) {
+	ex := c.ex
+	first := in(ex.firstContent)
+	end := maxTime(in(maxTime(ex.lastWrite, ex.lastContent)), first)
+	d := ex.stall
+	attrs := []attribute.KeyValue{
+		AttrChunks.Int(ex.events), AttrContentChunks.Int(ex.chunks), AttrStalls.Int(d.count),
+		AttrGapMax.Float64(d.max.Seconds()),
+	}
+	if med, ok := d.anyMedian(); ok {
+		attrs = append(attrs, AttrGapMedian.Float64(med.Seconds()))
+	}
+	if ex.obs.cached >= 0 {
+		attrs = append(attrs, attributes.UsageCacheReadInput.Int64(ex.obs.cached))
+	}
+	_, s := c.p.cfg.tracer.Start(root, SpanStream, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithTimestamp(first), trace.WithAttributes(attrs...))
+	d.addEvents(s)
+	if errType != "" {
+		s.SetAttributes(attributes.ErrorType.String(errType))
+		s.SetStatus(codes.Error, errType)
+	}
+	s.End(trace.WithTimestamp(end))
+}
+
+// clientAttrs are the HTTP conventions' attributes of the upstream call.
+func (c *call) clientAttrs(errType string) []attribute.KeyValue {
+	u := *c.p.up
+	u.Path, u.RawPath, u.RawQuery, u.User = upstreamPath(c.p.up.Path, c.r.URL.Path), "", "", nil
+	a := []attribute.KeyValue{
+		attributes.HTTPRequestMethod.String(http.MethodPost),
+		attributes.ServerAddress.String(c.p.host), attributes.ServerPort.Int(c.p.port),
+		attributes.URLFull.String(c.p.cfg.capped(u.String(), 2048, attributes.URLFull)),
+	}
+	if c.upStatus != 0 {
+		a = append(a, attributes.HTTPStatusCode.Int(c.upStatus))
+	}
+	if c.upProto != "" {
+		a = append(a, attributes.NetworkProtocolName.String("http"), attributes.NetworkProtocolVersion.String(c.upProto))
+	}
+	if errType != "" {
+		a = append(a, attributes.ErrorType.String(errType))
+	}
+	return a
+}
+
+// timeoutBody notes whether reading a client's body hit a deadline.
+type timeoutBody struct {
+	io.ReadCloser
+	timeout atomic.Bool
+}
+
+func (b *timeoutBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if isTimeout(err) {
+		b.timeout.Store(true)
+	}
+	return n, err
+}
+
+func (b *timeoutBody) timedOut() bool { return b.timeout.Load() || probeTimeout(b.ReadCloser) }
+
+// probeTimeout reports whether reading r fails on a deadline: it tells a
+// client too slow to send its body (the server's ReadTimeout passed; the
+// deadline stays passed) from one that left, once the request's context
+// has ended and the transport's read of the body may not have returned
+// yet.
+func probeTimeout(r io.Reader) bool {
+	var one [1]byte
+	_, err := r.Read(one[:])
+	return isTimeout(err)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return err != nil && errors.As(err, &ne) && ne.Timeout()
+}
+
+// statusWriter remembers the status of an untraced response, keeping
+// http.Flusher and Unwrap.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,367 @@
+package openaihttp
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// fieldScanner reads the top-level members of one JSON object fed to it in
+// pieces, as the bytes go by, keeping the raw value of each wanted key up
+// to that key's cap and skipping everything else. A body of any size costs
+// the caps, never its length: a 15 MB prompt whose "model" comes last (the
+// order the OpenAI SDKs write) is read without holding any of it.
+//
+// Keys match without regard to case and a later duplicate replaces an
+// earlier one, as in encoding/json. A value cut off (the input ended or
+// broke inside it) is not kept; values completed before a syntax error
+// are. The zero value is not usable: use newFieldScanner. Not safe for
+// concurrent use.
+type fieldScanner struct {
+	set  *fieldSet
+	raw  [][]byte // per wanted key: its value
+	ok   []bool   // raw is a complete value
+	over []bool   // the value was longer than its cap (or the budget refused it)
+	hold *hold    // reservations for what raw holds; nil: unbounded by a budget
+
+	st      scanState
+	depth   int      // nesting inside the value being read
+	kinds   []uint64 // per depth, whether it is an object (bit set) or an array
+	inStr   bool     // inside a string of the value being read
+	esc     bool     // after a backslash inside a string
+	key     []byte
+	keyEsc  bool // the key has an escape: compare it unquoted
+	keyOver bool
+	cur     int // wanted index of the value being read, -1 when skipped
+	done    bool
+	bad     bool
+	stopped bool // released: reads nothing more
+}
+
+// fieldSet is a fixed list of wanted keys (lower case) and their caps.
+type fieldSet struct {
+	keys []string
+	caps []int
+}
+
+// index returns the wanted index of key (already lower-cased), or -1.
+func (fs *fieldSet) index(key []byte) int {
+	for i, k := range fs.keys {
+		if string(key) == k {
+			return i
+		}
+	}
+	return -1
+}
+
+type scanState uint8
+
+const (
+	scanStart      scanState = iota // before '{'
+	scanKeyOrEnd                    // after '{' or ','
+	scanKey                         // inside a key
+	scanColon                       // after a key
+	scanValueStart                  // after ':'
+	scanValue                       // inside a value
+	scanAfterValue                  // after a value
+)
+
+// maxKey bounds a key the scanner compares; longer keys are never wanted.
+const maxKey = 64
+
+func newFieldScanner(set *fieldSet, h *hold) *fieldScanner {
+	n := len(set.keys)
+	return &fieldScanner{set: set, raw: make([][]byte, n), ok: make([]bool, n), over: make([]bool, n), hold: h, cur: -1}
+}
+
+// complete reports whether the object's closing brace was read.
+func (s *fieldScanner) complete() bool { return s.done }
+
+// value returns the raw value of wanted key i ("" when absent, cut off or
+// over its cap) and whether it was over its cap.
+func (s *fieldScanner) value(i int) (json.RawMessage, bool) {
+	if !s.ok[i] {
+		return nil, s.over[i]
+	}
+	return s.raw[i], s.over[i]
+}
+
+// feed reads the next bytes of the object.
+func (s *fieldScanner) feed(p []byte) {
+	for len(p) > 0 && !s.done && !s.bad && !s.stopped {
+		switch s.st {
+		case scanValue:
+			p = s.inValue(p)
+		case scanKey:
+			p = s.inKey(p)
+		default:
+			c := p[0]
+			p = p[1:]
+			if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+				continue
+			}
+			s.structural(c)
+		}
+	}
+}
+
+// structural handles one non-blank byte outside keys and values.
+func (s *fieldScanner) structural(c byte) {
+	switch s.st {
+	case scanStart:
+		if c != '{' {
+			s.bad = true
+			return
+		}
+		s.st = scanKeyOrEnd
+	case scanKeyOrEnd:
+		switch c {
+		case '"':
+			s.st, s.key, s.keyEsc, s.keyOver, s.esc = scanKey, s.key[:0], false, false, false
+		case '}':
+			s.done = true
+		default:
+			s.bad = true
+		}
+	case scanColon:
+		if c != ':' {
+			s.bad = true
+			return
+		}
+		s.st = scanValueStart
+	case scanValueStart:
+		s.beginValue(c)
+	case scanAfterValue:
+		switch c {
+		case ',':
+			s.st = scanKeyOrEnd
+		case '}':
+			s.done = true
+		default:
+			s.bad = true
+		}
+	}
+}
+
+// inKey reads a key's bytes up to its closing quote.
+func (s *fieldScanner) inKey(p []byte) []byte {
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case s.esc:
+			s.esc = false
+		case c == '\\':
+			s.esc, s.keyEsc = true, true
+		case c == '"':
+			s.appendKey(p[:i])
+			s.endKey()
+			return p[i+1:]
+		}
+	}
+	s.appendKey(p)
+	return nil
+}
+
+func (s *fieldScanner) appendKey(b []byte) {
+	if s.keyOver || len(s.key)+len(b) > maxKey {
+		s.keyOver = true
+		return
+	}
+	s.key = append(s.key, b...)
+}
+
+func (s *fieldScanner) endKey() {
+	s.st, s.cur = scanColon, -1
+	if s.keyOver {
+		return
+	}
+	key := s.key
+	if s.keyEsc {
+		var k string
+		if json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &k) != nil {
+			return
+		}
+		key = []byte(k)
+	}
+	s.cur = s.set.index(bytes.ToLower(key))
+	if s.cur >= 0 {
+		// A later duplicate replaces the earlier value.
+		s.raw[s.cur], s.ok[s.cur], s.over[s.cur] = s.raw[s.cur][:0], false, false
+	}
+}
+
+// beginValue starts a value at its first byte c.
+func (s *fieldScanner) beginValue(c byte) {
+	s.st, s.depth, s.inStr, s.esc = scanValue, 0, false, false
+	switch c {
+	case '"':
+		s.inStr = true
+	case '{', '[':
+		s.push(c)
+	case '}', ']', ',', ':':
+		s.bad = true
+		return
+	}
+	s.capture([]byte{c})
+}
+
+// inValue reads a value's bytes up to its end, capturing them when wanted,
+// and returns what follows it (nil when p ended first, or the value broke).
+func (s *fieldScanner) inValue(p []byte) []byte {
+	i := 0
+	q := -1 // the next '"' at or after i (len(p): none), once looked for
+	for i < len(p) {
+		end := false
+		switch {
+		case s.inStr:
+			var more bool
+			if i, q, more = s.inString(p, i, q); !more {
+				i = len(p)
+				continue
+			}
+			end = !s.inStr && s.depth == 0
+		case s.depth == 0: // a scalar
+			if c := p[i]; c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+				s.capture(p[:i])
+				s.endValue()
+				return p[i:]
+			}
+			i++
+		default:
+			c := p[i]
+			i++
+			if !s.structure(c) {
+				return nil
+			}
+			end = s.depth == 0
+		}
+		if end {
+			s.capture(p[:i])
+			s.endValue()
+			return p[i:]
+		}
+	}
+	s.capture(p)
+	return nil
+}
+
+// inString reads on in a string from p[i]; q is the next '"' at or after
+// i once looked for (len(p): none). Strings are most of a prompt, so it
+// jumps to what can end one, looking for the closing quote once however
+// many escapes come before it. more is false when p ended inside the
+// string.
+func (s *fieldScanner) inString(p []byte, i, q int) (next, nextQ int, more bool) {
+	if s.esc {
+		s.esc = false
+		return i + 1, q, true
+	}
+	if q < i {
+		if q = bytes.IndexByte(p[i:], '"'); q < 0 {
+			q = len(p)
+		} else {
+			q += i
+		}
+	}
+	if j := bytes.IndexByte(p[i:q], '\\'); j >= 0 {
+		s.esc = true
+		return i + j + 1, q, true
+	}
+	if q == len(p) {
+		return len(p), q, false
+	}
+	s.inStr = false
+	return q + 1, q, true
+}
+
+// structure reads one byte inside a container, outside strings; false when
+// the brackets do not match (the scanner is then bad).
+func (s *fieldScanner) structure(c byte) bool {
+	switch c {
+	case '"':
+		s.inStr = true
+	case '{', '[':
+		return s.push(c)
+	case '}', ']':
+		return s.pop(c)
+	}
+	return true
+}
+
+// maxDepth is encoding/json's nesting limit.
+const maxDepth = 10000
+
+// push enters a container opened by c.
+func (s *fieldScanner) push(c byte) bool {
+	if s.depth == maxDepth {
+		s.bad = true
+		return false
+	}
+	w, b := s.depth/64, uint(s.depth%64)
+	for len(s.kinds) <= w {
+		s.kinds = append(s.kinds, 0)
+	}
+	if c == '{' {
+		s.kinds[w] |= 1 << b
+	} else {
+		s.kinds[w] &^= 1 << b
+	}
+	s.depth++
+	return true
+}
+
+// pop leaves the innermost container, which c must close.
+func (s *fieldScanner) pop(c byte) bool {
+	s.depth--
+	w, b := s.depth/64, uint(s.depth%64)
+	if obj := s.kinds[w]&(1<<b) != 0; obj != (c == '}') {
+		s.bad = true
+		return false
+	}
+	return true
+}
+
+// capture appends b to the value being read, if it is wanted and fits.
+func (s *fieldScanner) capture(b []byte) {
+	i := s.cur
+	if i < 0 || s.over[i] || len(b) == 0 {
+		return
+	}
+	r := s.raw[i]
+	if len(r)+len(b) > s.set.caps[i] {
+		s.drop(i)
+		return
+	}
+	if len(r)+len(b) > cap(r) {
+		grown := max(2*cap(r), len(r)+len(b), 16)
+		grown = min(grown, s.set.caps[i])
+		if !s.hold.take(grown - cap(r)) {
+			s.drop(i)
+			return
+		}
+		n := make([]byte, len(r), grown)
+		copy(n, r)
+		r = n
+	}
+	s.raw[i] = append(r, b...)
+}
+
+func (s *fieldScanner) drop(i int) {
+	s.hold.release(cap(s.raw[i]))
+	s.raw[i], s.over[i] = nil, true
+}
+
+// endValue ends the value being read: a wanted value is now complete.
+func (s *fieldScanner) endValue() {
+	if s.cur >= 0 && !s.over[s.cur] {
+		s.ok[s.cur] = true
+	}
+	s.st, s.cur = scanAfterValue, -1
+}
+
+// release gives back what the scanner holds; it reads nothing more.
+func (s *fieldScanner) release() {
+	s.stopped = true
+	for i := range s.raw {
+		s.hold.release(cap(s.raw[i]))
+		s.raw[i] = nil
+	}
+}

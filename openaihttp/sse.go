@@ -1,0 +1,187 @@
+package openaihttp
+
+import "bytes"
+
+// sseSink receives the events an sseReader completes. data is valid only
+// during the call; over says the event was longer than the reader keeps
+// (its data is then incomplete and must not be parsed).
+type sseSink interface {
+	event(data []byte, over bool)
+}
+
+// sseReader splits a text/event-stream into events as its bytes arrive, in
+// whatever pieces they arrive: lines end at CRLF, LF or CR, as the SSE
+// specification says; data lines are joined with LF; comments (keep-alives)
+// and the event, id and retry fields are skipped. The usual event — one
+// data line and its blank line within one write — is handed over in place,
+// without a copy; anything else is assembled in a buffer of at most limit
+// bytes (charged to hold), past which the event is reported over. The zero
+// value needs only limit. Not safe for concurrent use.
+type sseReader struct {
+	limit int
+	hold  *hold
+
+	line     []byte // a line split across writes
+	lineOver bool
+	lastCR   bool // the last write ended with CR: a LF next belongs to it
+
+	data     []byte // the event's data lines, joined
+	hasData  bool
+	dataOver bool
+	pend     []byte // the event's only data line, still in the caller's bytes
+	hasPend  bool
+}
+
+// feed reads p, calling sink for every event it completes.
+func (s *sseReader) feed(p []byte, sink sseSink) {
+	for len(p) > 0 {
+		if s.lastCR {
+			s.lastCR = false
+			if p[0] == '\n' {
+				p = p[1:]
+				continue
+			}
+		}
+		i := lineEnd(p)
+		if i < 0 {
+			s.appendLine(p)
+			break
+		}
+		if len(s.line) > 0 || s.lineOver {
+			s.appendLine(p[:i])
+			s.endLine(s.line, s.lineOver, false, sink)
+			s.line, s.lineOver = s.line[:0], false
+		} else {
+			s.endLine(p[:i], i > s.limit, true, sink)
+		}
+		s.lastCR = p[i] == '\r'
+		p = p[i+1:]
+	}
+	if s.hasPend {
+		// p is the caller's and will be reused: keep a copy.
+		s.hasPend = false
+		s.appendData(s.pend)
+		s.pend = nil
+	}
+}
+
+// lineEnd is the index of the first CR or LF in p, or -1.
+func lineEnd(p []byte) int {
+	i := bytes.IndexByte(p, '\n')
+	head := p
+	if i >= 0 {
+		head = p[:i]
+	}
+	if j := bytes.IndexByte(head, '\r'); j >= 0 {
+		return j
+	}
+	return i
+}
+
+func (s *sseReader) appendLine(b []byte) {
+	if s.lineOver {
+		return
+	}
+	if len(s.line)+len(b) > s.limit || !s.grow(&s.line, len(b)) {
+		s.lineOver = true
+		s.hold.release(cap(s.line))
+		s.line = nil
+		return
+	}
+	s.line = append(s.line, b...)
+}
+
+// grow makes room for n more bytes in *b, charged to the hold.
+func (s *sseReader) grow(b *[]byte, n int) bool {
+	if len(*b)+n <= cap(*b) {
+		return true
+	}
+	c := min(max(2*cap(*b), len(*b)+n, 256), s.limit+1)
+	if !s.hold.take(c - cap(*b)) {
+		return false
+	}
+	nb := make([]byte, len(*b), c)
+	copy(nb, *b)
+	*b = nb
+	return true
+}
+
+// endLine handles one complete line; inPlace says it lies in the caller's
+// bytes (which stay valid until feed returns).
+func (s *sseReader) endLine(line []byte, over, inPlace bool, sink sseSink) {
+	switch {
+	case over:
+		s.dataOver, s.hasData = true, true // a line too long spoils its event
+		return
+	case len(line) == 0:
+		s.dispatch(sink)
+		return
+	case line[0] == ':': // a comment: keep-alive
+		return
+	}
+	field, value, _ := bytes.Cut(line, []byte{':'})
+	if string(field) != "data" {
+		return // event, id, retry: the data says all we need
+	}
+	if len(value) > 0 && value[0] == ' ' {
+		value = value[1:]
+	}
+	if inPlace && !s.hasData && !s.hasPend {
+		s.pend, s.hasPend = value, true
+		return
+	}
+	if s.hasPend {
+		s.hasPend = false
+		s.appendData(s.pend)
+		s.pend = nil
+	}
+	if s.hasData {
+		s.appendData([]byte{'\n'})
+	}
+	s.appendData(value)
+}
+
+func (s *sseReader) appendData(b []byte) {
+	s.hasData = true
+	if s.dataOver {
+		return
+	}
+	if len(s.data)+len(b) > s.limit || !s.grow(&s.data, len(b)) {
+		s.dataOver = true
+		return
+	}
+	s.data = append(s.data, b...)
+}
+
+func (s *sseReader) dispatch(sink sseSink) {
+	switch {
+	case s.dataOver:
+		sink.event(nil, true)
+	case s.hasPend:
+		sink.event(s.pend, false)
+	case s.hasData:
+		sink.event(s.data, false)
+	}
+	s.data, s.hasData, s.dataOver, s.pend, s.hasPend = s.data[:0], false, false, nil, false
+}
+
+// pending reports whether an event's data has been read without its blank
+// line.
+func (s *sseReader) pending() bool { return s.hasData || s.hasPend }
+
+// flush dispatches an event left without its blank line (a stream's last
+// event, when the writer ended it with a single newline).
+func (s *sseReader) flush(sink sseSink) {
+	if len(s.line) > 0 && !s.lineOver {
+		line := s.line
+		s.line = s.line[:0]
+		s.endLine(line, false, false, sink)
+	}
+	s.dispatch(sink)
+}
+
+// release gives back what the reader holds.
+func (s *sseReader) release() {
+	s.hold.release(cap(s.line) + cap(s.data))
+	s.line, s.data = nil, nil
+}

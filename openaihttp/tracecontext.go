@@ -1,0 +1,85 @@
+package openaihttp
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// DetailHeader asks for a request's detail level (0–3, see otelstats.Detail).
+// It is honoured only for trusted callers (WithTrustIncomingSampling).
+const DetailHeader = "X-Llmtrace-Detail"
+
+// incoming is how a request's trace relates to its caller's.
+type incoming struct {
+	ctx     context.Context   // to Arrive in: its span context, if any, is the root's parent
+	link    trace.SpanContext // a public caller's span, linked to and not joined
+	trusted bool
+}
+
+// incoming reads r's trace context per the trust configuration (see the
+// package doc, "Incoming trace context").
+func (c *config) incoming(r *http.Request) incoming {
+	base := r.Context()
+	in := incoming{trusted: c.trust != nil && c.trust(r)}
+	in.ctx = c.prop.Extract(base, propagation.HeaderCarrier(r.Header))
+	sc := trace.SpanContextFromContext(in.ctx)
+	switch {
+	case !sc.IsValid() || !sc.IsRemote() || sc.Equal(trace.SpanContextFromContext(base)):
+		// No incoming trace context: a span of ours (otelhttp outside
+		// us), if any, is the parent.
+	case in.trusted:
+	case c.public != nil && c.public(r):
+		// A new trace, linked to the caller's span: a caller cannot even
+		// choose the trace our spans land in.
+		in.ctx, in.link = trace.ContextWithSpanContext(in.ctx, trace.SpanContextFromContext(base)), sc
+	default:
+		// Untrusted: keep the caller's trace and parent ids so our spans
+		// join its trace, but set the sampled flag whatever the caller
+		// sent, so that its flag decides nothing.
+		in.ctx = trace.ContextWithRemoteSpanContext(in.ctx, sc.WithTraceFlags(sc.TraceFlags().WithSampled(true)))
+	}
+	return in
+}
+
+// arrival builds the request's Arrival from r and the body's model.
+func (c *config) arrival(r *http.Request, in *incoming, at onArrival) otelstats.Arrival {
+	a := otelstats.Arrival{Time: at.time, Model: at.model, Operation: at.op, Link: in.link, TraceID: at.traceID, OnFinish: at.onFinish}
+	if c.scope != nil {
+		a.Scope = c.scope(r)
+	}
+	if in.trusted {
+		// A trusted caller's sampled flag decides, and it may ask for a
+		// detail level (SPEC §6: never an untrusted one).
+		a.TrustParent = true
+		if v := r.Header.Get(DetailHeader); v != "" {
+			if d, err := otelstats.ParseDetail(v); err == nil {
+				a.Detail = d
+			}
+		}
+	}
+	return a
+}
+
+// onArrival is what an Arrival needs beside the request.
+type onArrival struct {
+	time     time.Time
+	model    string
+	op       string
+	traceID  trace.TraceID
+	onFinish func(*otelstats.RequestStats)
+}
+
+func (c *config) newRequestID(r *http.Request) string {
+	if c.requestID != nil {
+		if id := c.requestID(r); id != "" {
+			return id
+		}
+	}
+	return otelstats.NewRequestID()
+}
