@@ -330,11 +330,11 @@ func newTrackers(o *Options, prov *otelconf.Providers, cfg *sim.Config, policy *
 	if err != nil {
 		return nil, err
 	}
-	p, err := mk(cfg.PD.Prefill, col.instance, otelstats.WithTrustParentSampling(true))
+	p, err := mk(cfg.PD.Prefill, col.instance, otelstats.WithTrustParentSampling(true), otelstats.WithPDRole(otelstats.PDRolePrefill))
 	if err != nil {
 		return nil, err
 	}
-	d, err := mk(cfg.PD.Decode, col.instance, otelstats.WithTrustParentSampling(true))
+	d, err := mk(cfg.PD.Decode, col.instance, otelstats.WithTrustParentSampling(true), otelstats.WithPDRole(otelstats.PDRoleDecode))
 	if err != nil {
 		return nil, err
 	}
