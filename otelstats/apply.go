@@ -255,6 +255,11 @@ func (t *Tracker) applyPrefill(r *reqState, u *Update, ns int64, chunk bool) {
 			cr.computed = max(cr.computed, computed)
 		}
 		prev = cached
+		if kv := r.kv(); len(r.runs) == 1 && kv != nil && !kv.failed {
+			// The transferred tokens were computed on the prefill
+			// instance: not this one's prompt throughput (SPEC §7).
+			prev += kv.tokens
+		}
 	} else {
 		prev = cr.computed
 		cr.chunks++

@@ -22,6 +22,9 @@ type instruments struct {
 	serving                              servingInstruments
 
 	provider attribute.KeyValue // gen_ai.provider.name, on every request metric
+	// gauge is the scheduler gauges' attribute option (llm.pd.role of a
+	// WithPDRole tracker), empty otherwise.
+	gauge []metric.RecordOption
 
 	mu      sync.Mutex
 	sets    map[attrKey]*attrSets
