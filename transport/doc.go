@@ -172,6 +172,8 @@
 //	  0x47 kv_source            required on REMOTE_KV_WAIT
 //	  0x48 kv_status            REMOTE_KV_READY: ok or failed
 //	  0x49 lora_adapter         ARRIVED (SPEC §9)
+//	  0x4A traceparent          ARRIVED: the W3C trace context it came with
+//	  0x4B tracestate           with 0x4A
 //
 // Counts above 2^30 are rejected as absurd.
 //

@@ -62,6 +62,8 @@ const (
 	fieldKVSource        byte = 0x47
 	fieldKVStatus        byte = 0x48
 	fieldLoRAAdapter     byte = 0x49
+	fieldTraceparent     byte = 0x4A
+	fieldTracestate      byte = 0x4B
 )
 
 // maxKVBytes bounds kv_bytes, as the update log does.
@@ -202,6 +204,11 @@ func AppendUpdate(dst []byte, u *otelstats.Update, s Stamp) []byte {
 	str(fieldKVSource, u.KVSource)
 	str(fieldKVStatus, u.KVStatus)
 	str(fieldLoRAAdapter, u.LoRAAdapter)
+	if u.Parent.IsValid() {
+		tp, ts := formatParent(u.Parent)
+		str(fieldTraceparent, tp)
+		str(fieldTracestate, ts)
+	}
 	if u.Sampling != nil {
 		if b, err := json.Marshal(u.Sampling); err == nil && string(b) != "{}" {
 			dst = append(dst, fieldSampling)
@@ -387,17 +394,27 @@ func decodeUpdate(body []byte, f *Frame) error {
 	u.Side = otelstats.Side(flags & flagSideMask)
 	f.Stamp.Mono = flags&flagMono != 0
 	u.RequestID = string(id)
-	seen, err := decodeFields(&r, u)
+	var tc traceContext
+	seen, err := decodeFields(&r, u, &tc)
 	if err != nil {
 		return err
 	}
-	f.Reject = payloadRules(u, seen)
+	if f.Reject = payloadRules(u, seen); f.Reject == nil && tc.parent != "" {
+		var ok bool
+		if u.Parent, ok = parseParent(tc.parent, tc.state); !ok {
+			f.Reject = &otelstats.RejectError{RequestID: u.RequestID, Kind: k, Side: u.Side,
+				Reason: otelstats.ReasonMalformed, Detail: "traceparent is not a W3C trace context"}
+		}
+	}
 	return nil
 }
 
+// traceContext is an UPDATE's traceparent and tracestate as sent.
+type traceContext struct{ parent, state string }
+
 // decodeFields reads an UPDATE's fields into u and returns which numeric
 // field ids it saw (a bit each).
-func decodeFields(r *reader, u *otelstats.Update) (seen uint64, err error) {
+func decodeFields(r *reader, u *otelstats.Update, tc *traceContext) (seen uint64, err error) {
 	for len(r.b) > 0 && r.err == nil {
 		id := r.byte1("field id")
 		switch {
@@ -411,7 +428,14 @@ func decodeFields(r *reader, u *otelstats.Update) (seen uint64, err error) {
 			}
 		default:
 			if s := r.bytes("field", maxString); r.err == nil {
-				strField(r, u, id, s)
+				switch id {
+				case fieldTraceparent:
+					tc.parent = string(s)
+				case fieldTracestate:
+					tc.state = string(s)
+				default:
+					strField(r, u, id, s)
+				}
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -44,7 +45,17 @@ func sampleUpdates() []otelstats.Update {
 		{RequestID: "mm", Kind: otelstats.KindEncoding, NumItems: 0},
 		{RequestID: "mm", Kind: otelstats.KindEncoded, EncoderCacheHit: true},
 		{RequestID: "mm", Kind: otelstats.KindFinished, FinishReason: "stop", NumOutputTokens: 12},
+		{RequestID: "routed", Kind: otelstats.KindArrived, Model: "m", Parent: routerSpan()},
 	}
+}
+
+// routerSpan is a router's span context, as a traceparent carries it.
+func routerSpan() trace.SpanContext {
+	ts, _ := trace.ParseTraceState("router=r1")
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, SpanID: trace.SpanID{9, 8, 7, 6, 5, 4, 3, 2},
+		TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true,
+	})
 }
 
 func TestFrameRoundTrip(t *testing.T) {
@@ -214,8 +225,13 @@ func TestDecodeFrameMissingPayload(t *testing.T) {
 			t.Errorf("%s: reject = %v", name, f.Reject)
 		}
 	}
+	// A traceparent that is not one is rejected as in the update log.
+	f, _, err := DecodeFrame(frame(FrameUpdate, 1, 0, 1, 1, 'r', 0x40, 1, 'm', 0x4A, 3, 'x', 'y', 'z'), DefaultMaxFrame)
+	if err != nil || f.Reject == nil || f.Reject.Reason != otelstats.ReasonMalformed {
+		t.Errorf("bad traceparent: %v %v", err, f.Reject)
+	}
 	// The draft count goes with the accepted count, as in the update log.
-	f, _, err := DecodeFrame(frame(FrameUpdate, 6, 0, 1, 1, 'r', 0x09, 4), DefaultMaxFrame)
+	f, _, err = DecodeFrame(frame(FrameUpdate, 6, 0, 1, 1, 'r', 0x09, 4), DefaultMaxFrame)
 	if err != nil || f.Reject == nil || f.Reject.Reason != otelstats.ReasonDraftWithoutAccepted {
 		t.Errorf("draft without accepted: %v %v", err, f.Reject)
 	}

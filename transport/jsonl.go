@@ -2,15 +2,11 @@ package transport
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"math"
 	"strconv"
 	"strings"
 	"time"
-
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/internal/unixsec"
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -175,12 +171,12 @@ func parseStrings(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 		u.EncoderCacheHit = *l.EncoderCacheHit
 	}
 	if l.Traceparent != nil {
-		c := propagation.MapCarrier{"traceparent": *l.Traceparent}
+		var ts string
 		if l.Tracestate != nil {
-			c["tracestate"] = *l.Tracestate
+			ts = *l.Tracestate
 		}
-		u.Parent = trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), c))
-		if !u.Parent.IsValid() {
+		var ok bool
+		if u.Parent, ok = parseParent(*l.Traceparent, ts); !ok {
 			return reject(u, u.Side, otelstats.ReasonMalformed, "traceparent is not a W3C trace context")
 		}
 	}
@@ -383,10 +379,9 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	w.str("finish_reason", u.FinishReason)
 	w.str("error_type", u.ErrorType)
 	if u.Parent.IsValid() {
-		c := propagation.MapCarrier{}
-		propagation.TraceContext{}.Inject(trace.ContextWithRemoteSpanContext(context.Background(), u.Parent), c)
-		w.str("traceparent", c["traceparent"])
-		w.str("tracestate", c["tracestate"])
+		tp, ts := formatParent(u.Parent)
+		w.str("traceparent", tp)
+		w.str("tracestate", ts)
 	}
 	if !u.Sampling.IsZero() {
 		b, _ := json.Marshal(u.Sampling)
