@@ -34,10 +34,10 @@ const envToken = "LLMTRACE_COLLECTOR_TOKEN"
 
 // Memory sizing of the tracker's in-flight cap. bytesPerInFlight is what
 // one request in flight may cost collect's resident memory: measured
-// through the built binary at 1,126 bytes (e2e/cli
+// through the built binary at 1,227 bytes (e2e/cli
 // TestCollectMemoryPerInFlight: 50,000 then 150,000 requests held open mid
 // decode, the RSS difference over the 100,000 more; that test fails when
-// the measurement exceeds this constant), plus a third again for heavier
+// the measurement exceeds this constant), plus a quarter again for heavier
 // requests (512-byte ids, sampling params, several decode segments). The
 // default cap is the budget over it: 349,525 requests.
 const (
