@@ -203,7 +203,7 @@ func chat(w http.ResponseWriter, r *http.Request) {
 
 // produce sends one request's lifecycle to the collector at addr.
 func produce(addr string, t0 time.Time) error {
-	p, err := transport.NewProducer(transport.ProducerConfig{Addr: addr, Name: "engine-0"})
+	p, err := transport.NewProducer(transport.ProducerConfig{Addr: addr, Name: "engine-0", Side: otelstats.SideEngine})
 	if err != nil {
 		return err
 	}
