@@ -29,6 +29,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -81,7 +82,14 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop) // a second Ctrl-C ends the process at once
 	if _, err := demo.Run(ctx, o); err != nil {
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Interrupted (Ctrl-C, SIGTERM): what was recorded is
+			// flushed; the shell's convention for a signal's exit.
+			fmt.Fprintln(os.Stderr, "simengine: interrupted")
+			os.Exit(130)
+		}
 		fmt.Fprintf(os.Stderr, "simengine: %v\n", err)
 		os.Exit(1)
 	}
