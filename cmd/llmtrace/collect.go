@@ -350,6 +350,9 @@ func (r *collectRun) teardown() error {
 		if err := r.prov.Shutdown(ctx); err != nil {
 			r.log.Warn("export", "err", err)
 		}
+		if sum := r.prov.Summary(); sum != "" {
+			r.log.Info("export summary: " + sum)
+		}
 	}
 	if r.spanDump != nil {
 		if err := r.spanDump.Shutdown(ctx); err != nil {

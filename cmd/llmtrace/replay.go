@@ -142,6 +142,9 @@ func runReplay(cfg replayConfig, stdin io.Reader, stdout, stderr io.Writer) int 
 	if err := prov.Shutdown(sctx); err != nil {
 		fmt.Fprintf(stderr, "llmtrace replay: export: %v\n", err)
 	}
+	if sum := prov.Summary(); sum != "" {
+		fmt.Fprintf(stderr, "llmtrace replay: %s\n", sum)
+	}
 	if !cfg.quiet {
 		r.sum.WriteTable(stderr)
 		if unfinished > 0 {

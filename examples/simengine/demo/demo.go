@@ -197,6 +197,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		if serr := prov.Shutdown(sctx); serr != nil && err == nil {
 			err = fmt.Errorf("flushing telemetry: %w", serr)
 		}
+		if sum := prov.Summary(); sum != "" {
+			fmt.Fprintf(o.Stderr, "simengine: %s\n", sum)
+		}
 	}()
 	if err := placeInTime(w, o, prov.TracesExported); err != nil {
 		return nil, err
