@@ -80,7 +80,7 @@ func TestSummary(t *testing.T) {
 	if s := setup(t, Config{}).Summary(); s != "" {
 		t.Errorf("Summary without export = %q, want empty", s)
 	}
-	rec := startReceiver(t, receiverOpts{http: true})
+	rec := startReceiver(t, receiverOpts{http: true, traces: true})
 	cleanEnv(t, "OTEL_TRACES_EXPORTER", "otlp", "OTEL_METRICS_EXPORTER", "none",
 		"OTEL_EXPORTER_OTLP_ENDPOINT", rec.Endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	p := setup(t, Config{})
