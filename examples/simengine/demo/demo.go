@@ -1,6 +1,6 @@
 // Package demo is examples/simengine's program: it loads a workload, wires
 // the simulated engine to an otelstats.Tracker through the providers
-// internal/otelsetup builds from the OTEL_* environment, and prints the
+// otelconf builds from the OTEL_* environment, and prints the
 // stats lines, the summary table and three request waterfalls. The main
 // package only parses flags, so tests run the whole demo in-process.
 package demo
