@@ -39,8 +39,9 @@ const (
 
 	// CollectorOutcome says what became of an update: queued or dropped.
 	CollectorOutcome attribute.Key = "llm.collector.outcome"
-	// CollectorError names a stream error: malformed, truncated,
-	// oversized, garbage or no_anchor.
+	// CollectorError names a stream or connection error: malformed,
+	// truncated, oversized, garbage, no_anchor, refused (over the
+	// connection cap), unauthorized (no token), timeout or accept.
 	CollectorError attribute.Key = "llm.collector.error"
 )
 

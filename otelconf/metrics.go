@@ -2,6 +2,7 @@ package otelconf
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -129,7 +130,13 @@ type metricExporter struct {
 var _ sdkmetric.Exporter = (*metricExporter)(nil)
 
 func (e *metricExporter) Export(ctx context.Context, rm *metricdata.ResourceMetrics) error {
-	if xe, first := e.state.done(e.Exporter.Export(ctx, rm)); first {
+	err := e.Exporter.Export(ctx, rm)
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		// The periodic reader cancelled its own export (Shutdown does,
+		// then exports once more): not the backend's failure.
+		return nil
+	}
+	if xe, first := e.state.done(err); first {
 		otel.Handle(xe)
 	}
 	return nil

@@ -137,3 +137,13 @@ func (s *exportState) status() SignalStatus {
 	defer s.mu.Unlock()
 	return SignalStatus{Exporter: s.sel.exporter, Target: s.sel.target(), Exports: s.exports, Failures: s.failures, Err: s.last, counted: s.counted}
 }
+
+// Summary is the exit line of a command: Status's, when anything was
+// exported (traces or metrics), else "".
+func (p *Providers) Summary() string {
+	st := p.Status()
+	if !st.Disabled && st.Traces.Exporter == "" && st.Metrics.Exporter == "" {
+		return ""
+	}
+	return st.String()
+}

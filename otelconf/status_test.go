@@ -1,7 +1,9 @@
 package otelconf
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -69,4 +71,25 @@ func equal(a, b []bool) bool {
 		}
 	}
 	return true
+}
+
+// Summary is the commands' exit line: nothing when nothing is exported,
+// the spans that reached the backend when traces are.
+func TestSummary(t *testing.T) {
+	cleanEnv(t)
+	if s := setup(t, Config{}).Summary(); s != "" {
+		t.Errorf("Summary without export = %q, want empty", s)
+	}
+	rec := startReceiver(t, receiverOpts{http: true, traces: true})
+	cleanEnv(t, "OTEL_TRACES_EXPORTER", "otlp", "OTEL_METRICS_EXPORTER", "none",
+		"OTEL_EXPORTER_OTLP_ENDPOINT", rec.Endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	p := setup(t, Config{})
+	_, s := p.TracerProvider.Tracer("t").Start(context.Background(), "x")
+	s.End()
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Summary(); !strings.Contains(got, "1 of 1 spans exported") {
+		t.Errorf("Summary = %q, want the one span exported", got)
+	}
 }

@@ -187,9 +187,8 @@ func (t *Tracker) applyKind(r *reqState, u *Update, ns int64, prev Kind) {
 
 // finished applies a FINISHED and reports whether the request is complete.
 func (t *Tracker) finished(r *reqState, u *Update, side Side, now int64) bool {
-	ns := r.lastSeen
 	if side == SideFrontend {
-		ns = r.fe.time
+		ns := r.fe.time
 		r.feFinish, r.feReason = ns, u.FinishReason
 		if u.ErrorType != "" {
 			r.errorType = u.ErrorType
@@ -198,7 +197,7 @@ func (t *Tracker) finished(r *reqState, u *Update, side Side, now int64) bool {
 			r.feOneShot = int32(u.NumOutputTokens)
 		}
 	} else {
-		ns = r.en.time
+		ns := r.en.time
 		r.enFinish, r.enReason = ns, u.FinishReason
 		if r.errorType == "" {
 			r.errorType = u.ErrorType
@@ -255,6 +254,11 @@ func (t *Tracker) applyPrefill(r *reqState, u *Update, ns int64, chunk bool) {
 			cr.computed = max(cr.computed, computed)
 		}
 		prev = cached
+		if kv := r.kv(); len(r.runs) == 1 && kv != nil && !kv.failed {
+			// The transferred tokens were computed on the prefill
+			// instance: not this one's prompt throughput (SPEC §7).
+			prev += kv.tokens
+		}
 	} else {
 		prev = cr.computed
 		cr.chunks++

@@ -56,6 +56,7 @@ type config struct {
 	autoSweep      time.Duration
 	maxAhead       time.Duration
 	provider       string
+	pdRole         string
 
 	sampling    *SamplingPolicy
 	trustParent bool
@@ -289,4 +290,18 @@ func WithProviderName(name string) Option {
 // adapter name.
 func WithAdapters(adapters ...string) Option {
 	return optionFunc(func(c *config) { c.adapters = append([]string(nil), adapters...) })
+}
+
+// WithPDRole says the tracker records one instance of disaggregated serving
+// (PDRolePrefill or PDRoleDecode, SPEC §7): its scheduler gauges (running,
+// waiting, KV-cache usage) carry llm.pd.role, so a prefill and a decode
+// instance on one MeterProvider keep apart, and its arrivals take the role
+// unless Arrival.PDRole or an ARRIVED's PDRole names one. Any other value
+// is ignored.
+func WithPDRole(role string) Option {
+	return optionFunc(func(c *config) {
+		if role == PDRolePrefill || role == PDRoleDecode {
+			c.pdRole = role
+		}
+	})
 }

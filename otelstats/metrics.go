@@ -22,6 +22,9 @@ type instruments struct {
 	serving                              servingInstruments
 
 	provider attribute.KeyValue // gen_ai.provider.name, on every request metric
+	// gauge is the scheduler gauges' attribute option (llm.pd.role of a
+	// WithPDRole tracker), empty otherwise.
+	gauge []metric.RecordOption
 
 	mu      sync.Mutex
 	sets    map[attrKey]*attrSets
@@ -47,30 +50,20 @@ type attrSets struct {
 func newInstruments(mp metric.MeterProvider, ownHistograms bool, provider string) (*instruments, error) {
 	m := mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version()))
 	in := &instruments{sets: make(map[attrKey]*attrSets), provider: attributes.ProviderName.String(provider)}
-	var err error
+	mk := &maker{m: m}
 	hist := func(dst *metric.Float64Histogram, name, desc string, bounds []float64) {
-		if err != nil || ownHistograms {
-			return
+		if !ownHistograms {
+			mk.hist(dst, name, attributes.UnitSeconds, desc, bounds)
 		}
-		*dst, err = m.Float64Histogram(name, metric.WithDescription(desc),
-			metric.WithUnit(attributes.UnitSeconds), metric.WithExplicitBucketBoundaries(bounds...))
 	}
-	counter := func(dst *metric.Int64Counter, name, unit, desc string) {
-		if err != nil {
-			return
-		}
-		*dst, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
-	}
+	counter := mk.counter
 	// The per-request counters: the Aggregator's when there is one.
 	perRequest := func(dst *metric.Int64Counter, name, unit, desc string) {
-		if err != nil || ownHistograms {
-			return
+		if !ownHistograms {
+			mk.counter(dst, name, unit, desc)
 		}
-		*dst, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
 	}
-	if err == nil {
-		err = in.serving.init(m)
-	}
+	in.serving.init(mk)
 	hist(&in.ttft, attributes.MetricTimeToFirstToken, "Time to first token.", attributes.TimeToFirstTokenBuckets())
 	hist(&in.tpot, attributes.MetricTimePerOutputToken, "Time per output token after the first.", attributes.TimePerOutputTokenBuckets())
 	hist(&in.e2e, attributes.MetricRequestDuration, "End-to-end request duration.", attributes.RequestDurationBuckets())
@@ -90,6 +83,7 @@ func newInstruments(mp metric.MeterProvider, ownHistograms bool, provider string
 	counter(&in.clamped, attributes.MetricSpansClamped, attributes.UnitSpan, "Spans clamped into their root because of clock skew.")
 	counter(&in.evicted, attributes.MetricRequestsEvicted, attributes.UnitRequest, "Requests evicted at the in-flight cap.")
 	counter(&in.truncated, attributes.MetricAttributesTruncated, "{attribute}", "Client-supplied strings cut at their cap.")
+	err := mk.err
 	if err != nil {
 		return nil, err
 	}
@@ -206,4 +200,23 @@ func (s *modelSet) label(model string, succeeded bool) string {
 	}
 	s.names[model] = struct{}{}
 	return model
+}
+
+// maker creates instruments on one meter, keeping the first error.
+type maker struct {
+	m   metric.Meter
+	err error
+}
+
+func (k *maker) hist(dst *metric.Float64Histogram, name, unit, desc string, bounds []float64) {
+	if k.err == nil {
+		*dst, k.err = k.m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit(unit),
+			metric.WithExplicitBucketBoundaries(bounds...))
+	}
+}
+
+func (k *maker) counter(dst *metric.Int64Counter, name, unit, desc string) {
+	if k.err == nil {
+		*dst, k.err = k.m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+	}
 }

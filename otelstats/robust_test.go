@@ -389,7 +389,7 @@ func TestClientStringsCapped(t *testing.T) {
 	root, _ := h.treeOf(s)
 	size := 0
 	for _, kv := range root.Attributes() {
-		size += len(kv.Value.Emit())
+		size += len(kv.Value.String())
 		if kv.Key == attributes.RequestStopSequences {
 			got := kv.Value.AsStringSlice()
 			if len(got) != MaxStopSequences || len(got[0]) > MaxStopLength || !utf8.ValidString(got[0]) {

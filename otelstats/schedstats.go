@@ -33,9 +33,9 @@ func (t *Tracker) RecordSchedulerStats(at time.Time, s SchedulerStats) {
 
 func (t *Tracker) recordSched(ns int64, s *SchedulerStats) {
 	ctx := context.Background()
-	t.inst.running.Record(ctx, int64(s.Running))
-	t.inst.waiting.Record(ctx, int64(s.Waiting))
-	t.inst.kvUsage.Record(ctx, s.KVCacheUsage)
+	t.inst.running.Record(ctx, int64(s.Running), t.inst.gauge...)
+	t.inst.waiting.Record(ctx, int64(s.Waiting), t.inst.gauge...)
+	t.inst.kvUsage.Record(ctx, s.KVCacheUsage, t.inst.gauge...)
 	if s.PrefixCacheQueries > 0 || s.PrefixCacheHits > 0 {
 		t.schedCache.Store(true)
 		if t.cfg.agg != nil {

@@ -448,3 +448,28 @@ func TestStatsLogServing(t *testing.T) {
 		}
 	}
 }
+
+// A WithPDRole tracker: its scheduler gauges carry llm.pd.role, its
+// arrivals take the role, and the prompt tokens whose KV was transferred
+// are not its prompt throughput.
+func TestWithPDRole(t *testing.T) {
+	var logs bytes.Buffer
+	h := newHarness(t, WithPDRole(PDRoleDecode), WithStatsLog(slog.New(slog.NewTextHandler(&logs, nil)), time.Second))
+	h.tr.RecordSchedulerStats(at(0), SchedulerStats{Running: 3, Waiting: 1, KVCacheUsage: 0.5})
+	u := decodeInstance("d", "")
+	u[0].PDRole = "" // the tracker's role applies
+	h.feed(u)
+	if s := h.statsOf("d"); s.PDRole != PDRoleDecode {
+		t.Fatalf("pd_role %q, want the tracker's", s.PDRole)
+	}
+	for _, m := range []string{attributes.MetricRequestsRunning, attributes.MetricRequestsWaiting, attributes.MetricKVCacheUsage} {
+		if sets := attrSetsOf(h.metrics()[m]); len(sets) != 1 || !hasAll(sets[0], []attribute.KeyValue{attributes.PDRole.String(PDRoleDecode)}) {
+			t.Errorf("%s attributes %v, want llm.pd.role=decode", m, sets)
+		}
+	}
+	h.tr.RecordSchedulerStats(at(1000), SchedulerStats{Running: 1})
+	// 100 computed, 96 of them transferred: 4 tokens of prompt work in 1 s.
+	if st := h.tr.LastStats(); st.PromptThroughput != 4 {
+		t.Errorf("prompt throughput %v tokens/s, want 4 (the transferred tokens are P's)", st.PromptThroughput)
+	}
+}

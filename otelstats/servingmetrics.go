@@ -19,19 +19,8 @@ type servingInstruments struct {
 	draft, accepted, steps, acceptedPerPosn metric.Int64Counter
 }
 
-func (in *servingInstruments) init(m metric.Meter) error {
-	var err error
-	hist := func(dst *metric.Float64Histogram, name, unit, desc string, bounds []float64) {
-		if err == nil {
-			*dst, err = m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit(unit),
-				metric.WithExplicitBucketBoundaries(bounds...))
-		}
-	}
-	counter := func(dst *metric.Int64Counter, name, unit, desc string) {
-		if err == nil {
-			*dst, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
-		}
-	}
+func (in *servingInstruments) init(mk *maker) {
+	hist, counter := mk.hist, mk.counter
 	hist(&in.kvDuration, attributes.MetricKVTransferDuration, attributes.UnitSeconds,
 		"KV cache transfer from the prefill instance (REMOTE_KV_WAIT to REMOTE_KV_READY).", attributes.PhaseDurationBuckets())
 	hist(&in.encDuration, attributes.MetricEncodeDuration, attributes.UnitSeconds,
@@ -46,7 +35,6 @@ func (in *servingInstruments) init(m metric.Meter) error {
 	counter(&in.steps, attributes.MetricSpecSteps, attributes.UnitStep, "Decode steps with a speculative draft.")
 	counter(&in.acceptedPerPosn, attributes.MetricSpecAcceptedPerPosition, attributes.UnitToken,
 		"Accepted draft tokens by draft position (0 … 15; larger positions in 15).")
-	return err
 }
 
 // record records s's SPEC §7–9 values with the request's attributes as;

@@ -8,10 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/spans"
 )
 
@@ -109,6 +112,9 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 	inst, err := newInstruments(cfg.mp, cfg.agg != nil, cfg.provider)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.pdRole != "" {
+		inst.gauge = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attributes.PDRole.String(cfg.pdRole)))}
 	}
 	now := time.Now()
 	t := &Tracker{
@@ -224,7 +230,7 @@ func (t *Tracker) record(u *Update, ns int64) error {
 		return t.rejected(rerr)
 	}
 	if u.Kind == KindArrived {
-		_, err := t.arrive(u, ns, trace.SpanContext{}, nil)
+		_, err := t.arrive(u, ns, u.Parent, nil)
 		return err
 	}
 	sh := t.shardFor(u.RequestID)
@@ -401,8 +407,12 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *A
 	}
 	// An ARRIVED alone does not make the frontend present: an engine that
 	// records its requests' arrivals itself is no frontend (see clock.go).
+	role := u.PDRole
+	if role == "" {
+		role = t.cfg.pdRole
+	}
 	r := &reqState{
-		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op, pdRole: u.PDRole, adapter: u.LoRAAdapter,
+		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op, pdRole: role, adapter: u.LoRAAdapter,
 		arrived: ns, lastSeen: ns, touched: t.now(ns), prompt: -1, cached: -1,
 		fe:      sideState{last: KindArrived, time: ns},
 		sh:      sh,

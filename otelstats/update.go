@@ -230,6 +230,12 @@ type Update struct {
 	// stays what the client asked for (SPEC §9).
 	LoRAAdapter string
 
+	// Parent, on ARRIVED, is the request's incoming trace context — a
+	// router's, from the traceparent it sent — so an instance fed through
+	// the update log joins the router's trace (SPEC §7) as Arrive's ctx
+	// does. Whether its sampled flag decides is WithTrustParentSampling's.
+	Parent trace.SpanContext
+
 	// Multimodal encoding (SPEC §9): NumItems (required on ENCODING) and
 	// NumEncoderTokens of an encoder run; EncoderCacheHit on ENCODED.
 	NumItems         int

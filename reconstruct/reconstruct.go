@@ -156,34 +156,54 @@ func Compute(s *Span, e Engine) (Request, bool) {
 	if hasTTFT {
 		r.FirstToken = r.clamp(start.Add(ttft), start, fin)
 	}
+	r.placeScheduling(e, start, latencies{
+		queue: queue, prefill: prefill, inference: inference,
+		hasQueue: hasQueue, hasPrefill: hasPrefill, hasInference: hasInference,
+	})
 	ft := r.FirstToken
+	if !ft.IsZero() && hasDecode {
+		r.LastToken = r.clamp(ft.Add(decode), ft, fin)
+	}
+	return r, true
+}
+
+// latencies are the span's scheduling durations Compute read, each with
+// whether the span had it.
+type latencies struct {
+	queue, prefill, inference          time.Duration
+	hasQueue, hasPrefill, hasInference bool
+}
+
+// placeScheduling sets Prefilling, Queued and InputDone, which hang on the
+// arrival, first token and finish Compute already placed, in the way
+// engine e measures its queue and prefill times.
+func (r *Request) placeScheduling(e Engine, start time.Time, l latencies) {
+	ft, fin := r.FirstToken, r.Finished
 	switch {
 	case e.QueueFromArrival:
-		if hasQueue {
+		if l.hasQueue {
 			r.Queued = start
 			hi := fin
 			if !ft.IsZero() {
 				hi = ft
 			}
-			r.Prefilling = r.clamp(start.Add(queue), start, hi)
+			r.Prefilling = r.clamp(start.Add(l.queue), start, hi)
 		}
-	case !ft.IsZero() && hasPrefill:
-		r.Prefilling = r.clamp(ft.Add(-prefill), start, ft)
-	case ft.IsZero() && hasInference && !e.PrefillFromDispatch && !e.ZeroTTFTAbsent:
+		return
+	case !ft.IsZero() && l.hasPrefill:
+		r.Prefilling = r.clamp(ft.Add(-l.prefill), start, ft)
+	case ft.IsZero() && l.hasInference && !e.PrefillFromDispatch && !e.ZeroTTFTAbsent:
 		// No first token (an abort during prefill): inference = FINISHED −
 		// PREFILLING still places the scheduling.
-		r.Prefilling = r.clamp(fin.Add(-inference), start, fin)
+		r.Prefilling = r.clamp(fin.Add(-l.inference), start, fin)
 	}
-	if !e.QueueFromArrival && !r.Prefilling.IsZero() {
-		if e.PrefillFromDispatch {
-			r.InputDone = r.Prefilling
-		} else if hasQueue {
-			r.Queued = r.clamp(r.Prefilling.Add(-queue), start, r.Prefilling)
-			r.InputDone = r.Queued
-		}
+	if r.Prefilling.IsZero() {
+		return
 	}
-	if !ft.IsZero() && hasDecode {
-		r.LastToken = r.clamp(ft.Add(decode), ft, fin)
+	if e.PrefillFromDispatch {
+		r.InputDone = r.Prefilling
+	} else if l.hasQueue {
+		r.Queued = r.clamp(r.Prefilling.Add(-l.queue), start, r.Prefilling)
+		r.InputDone = r.Queued
 	}
-	return r, true
 }

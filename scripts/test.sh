@@ -45,6 +45,9 @@ EXTRA_CHECKS=(
 	# span processor (otelstats.WithSpanProcessor) instead of through the
 	# Tracer: both export paths must give the same spans.
 	"LLMTRACE_TEST_SPAN_PATH=processor go test -count=1 ./otelstats"
+	# Allocation budgets (files built with !race: the race detector changes
+	# what escapes) hold without the race detector.
+	"go test -run='Allocat' -count=1 ./otelstats ./reconstruct"
 	# The churn test at full size (1,000,000 requests) without the race
 	# detector; under -race it runs 20,000.
 	"go test -run='^TestChurnHeap\$' -count=1 -v ./otelstats"

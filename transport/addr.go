@@ -37,9 +37,10 @@ func ParseAddr(s string) (Addr, error) {
 }
 
 // ErrNotLoopback is returned by Listen for a TCP address that is not on
-// the loopback interface when remote listening is not allowed: the
-// transport has no authentication.
-var ErrNotLoopback = errors.New("transport: TCP address is not a loopback address (updates are unauthenticated)")
+// the loopback interface (":PORT" and "0.0.0.0:PORT" included) when remote
+// listening is not allowed: any host that reaches it could inject
+// telemetry, so it takes an explicit choice and, sensibly, a token.
+var ErrNotLoopback = errors.New("transport: not a loopback address (listening for other hosts needs allow-remote, and a token)")
 
 // Listen listens on a. A Unix socket left behind by a dead collector is
 // removed first; one a live collector still answers on is not. TCP listens

@@ -7,35 +7,80 @@ import (
 	"time"
 )
 
+// maxWallNs is the latest time an update may carry once mapped onto wall
+// time: the start of the year 2200, the update log's own bound.
+var maxWallNs = maxTS * 1_000_000_000
+
+// clockErr says why a stamp could not be mapped onto wall time.
+type clockErr uint8
+
+const (
+	clockOK         clockErr = iota
+	clockNoAnchor            // a monotonic time before any HELLO
+	clockOutOfRange          // the mapping leaves (1970, 2200]
+)
+
 // streamClock maps one stream's timestamps onto wall time (SPEC §5).
 type streamClock struct {
 	anchored bool
 	wallNs   int64 // the anchor's wall reading
 	monoNs   int64 // the anchor's monotonic reading
 	offset   int64 // added to every time (AlignClocks)
+	aligned  bool  // offset is set; it never moves within a stream
 }
 
 // hello sets the anchor; recvNs is the collector's wall clock when the HELLO
-// arrived, used when align is set.
+// arrived, used when align is set. The alignment is taken at the stream's
+// first HELLO only, so a later HELLO (a keep-alive, a re-anchor) never moves
+// a side's times against each other.
 func (c *streamClock) hello(h Hello, recvNs int64, align bool) {
 	c.anchored = true
 	c.wallNs, c.monoNs = h.WallNs, h.MonoNs
-	c.offset = 0
-	if align {
+	if align && !c.aligned {
+		// Both are non-negative int64s: the difference cannot overflow.
 		c.offset = recvNs - h.WallNs
+		c.aligned = true
 	}
 }
 
-// wall maps s; ok is false for a monotonic time without an anchor.
-func (c *streamClock) wall(s Stamp) (time.Time, bool) {
+// wallNs maps s onto Unix nanoseconds. Values anywhere in int64's range
+// (a hostile or broken producer) never overflow: a mapping that leaves
+// (1970, 2200] is reported as clockOutOfRange.
+func (c *streamClock) mapNs(s Stamp) (int64, clockErr) {
 	ns := s.Ns
 	if s.Mono {
 		if !c.anchored {
-			return time.Time{}, false
+			return 0, clockNoAnchor
 		}
-		ns = c.wallNs + (s.Ns - c.monoNs)
+		var ok bool
+		// s.Ns and c.monoNs are both non-negative: their difference fits.
+		if ns, ok = addNs(c.wallNs, s.Ns-c.monoNs); !ok {
+			return 0, clockOutOfRange
+		}
 	}
-	return time.Unix(0, ns+c.offset).UTC(), true
+	ns, ok := addNs(ns, c.offset)
+	if !ok || ns <= 0 || ns > maxWallNs {
+		return 0, clockOutOfRange
+	}
+	return ns, clockOK
+}
+
+// wall maps s onto wall time.
+func (c *streamClock) wall(s Stamp) (time.Time, clockErr) {
+	ns, e := c.mapNs(s)
+	if e != clockOK {
+		return time.Time{}, e
+	}
+	return time.Unix(0, ns).UTC(), clockOK
+}
+
+// addNs adds without overflowing; ok is false when the sum does not fit.
+func addNs(a, b int64) (int64, bool) {
+	s := a + b
+	if (b > 0 && s < a) || (b < 0 && s > a) {
+		return 0, false
+	}
+	return s, true
 }
 
 // parseSeconds reads a non-negative decimal number of seconds exactly into
@@ -47,7 +92,7 @@ func parseSeconds(s string) (int64, bool) {
 	}
 	if strings.ContainsAny(s, "eE") {
 		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || math.IsNaN(f) || f < 0 || f > math.MaxInt64/1e9 {
+		if err != nil || math.IsNaN(f) || f < 0 || f >= math.MaxInt64/1e9 {
 			return 0, false
 		}
 		return int64(math.Round(f * 1e9)), true

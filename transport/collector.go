@@ -1,14 +1,18 @@
 package transport
 
 import (
+	"bufio"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,10 +27,12 @@ import (
 
 // Defaults of the Collector's bounds.
 const (
-	DefaultQueueSize = 1 << 16
-	DefaultWorkers   = 2
-	DefaultMaxLine   = 64 << 10
-	DefaultMaxBody   = 32 << 20
+	DefaultQueueSize   = 1 << 16
+	DefaultWorkers     = 2
+	DefaultMaxLine     = 64 << 10
+	DefaultMaxBody     = 32 << 20
+	DefaultMaxConns    = 1024
+	DefaultIdleTimeout = 2 * time.Minute
 )
 
 // Config configures a Collector.
@@ -47,6 +53,24 @@ type Config struct {
 	// DrainGrace is how long Close lets open connections deliver what was
 	// already sent (default 200 ms).
 	DrainGrace time.Duration
+	// MaxConns caps the producer connections open at once, over every
+	// listener given to Serve and a Server's HTTP listener together; one
+	// beyond it is accepted and closed at once, and counted as refused
+	// (default 1,024). Keep it below the process's file-descriptor limit:
+	// at that limit accepting fails, and Serve backs off and retries.
+	MaxConns int
+	// IdleTimeout closes a connection that delivers no byte for this long,
+	// counted as timeout (default 2 min; negative: never). A Producer sends
+	// a PING every ProducerConfig.PingInterval (30 s) while it has nothing
+	// to send, so only dead or hostile peers are closed.
+	IdleTimeout time.Duration
+	// Token, when set, must be presented by every producer that connects
+	// over TCP or HTTP: the first frame or line of its stream is a HELLO
+	// carrying it (an HTTP request may send "Authorization: Bearer TOKEN"
+	// instead). A stream without it is ended and counted as unauthorized.
+	// Unix sockets (guarded by the socket file's permissions) and
+	// ServeStream's streams are trusted.
+	Token string
 	// AlignClocks maps each stream onto the collector's wall clock: the
 	// difference between the collector's clock when a HELLO arrives and the
 	// HELLO's wall time is added to every time of the stream. Use it for
@@ -85,6 +109,10 @@ type Stats struct {
 	Oversized     int64 // lines or frames above the limit
 	Garbage       int64 // streams that began with neither a header nor JSON
 	NoAnchor      int64 // monotonic times before any HELLO
+	Refused       int64 // connections closed at once: MaxConns were open
+	Unauthorized  int64 // streams ended for want of the token
+	TimedOut      int64 // streams closed by IdleTimeout (or an HTTP read timeout)
+	AcceptErrors  int64 // failed accepts (the file-descriptor limit, …), retried
 }
 
 // StreamStats count what one stream carried.
@@ -100,6 +128,10 @@ type StreamStats struct {
 	Oversized int64  `json:"oversized"`
 	Garbage   int64  `json:"garbage"`
 	NoAnchor  int64  `json:"no_anchor"`
+	// Unauthorized is 1 when the stream was ended for want of the token.
+	Unauthorized int64 `json:"unauthorized,omitempty"`
+	// TimedOut is 1 when the stream was closed for delivering nothing.
+	TimedOut int64 `json:"timed_out,omitempty"`
 	// Err is the read error that ended the stream, if any but EOF.
 	Err error `json:"-"`
 }
@@ -112,7 +144,7 @@ type Collector struct {
 	tr     *otelstats.Tracker
 	log    *slog.Logger
 	seed   maphash.Seed
-	queues []chan otelstats.Update
+	queues []chan item
 
 	qmu    sync.RWMutex // held for reading while enqueueing; closed under the write lock
 	closed bool
@@ -123,10 +155,19 @@ type Collector struct {
 	connWG    sync.WaitGroup
 	workerWG  sync.WaitGroup
 	shutdown  chan struct{}
+	drainAt   atomic.Int64 // Unix ns: the read deadline of Close's drain
+
+	open      atomic.Int64 // connections held, against MaxConns
+	lastLog   atomic.Int64 // Unix ns of the last accept-error log line
+	readers   sync.Pool    // *bufio.Reader of the stream buffer's size
+	bufSize   int
+	needsAuth func(net.Addr) bool
+	httpSides httpPresence
 
 	n struct {
 		streams, active, hellos, updates, recorded, rejected, dropped atomic.Int64
 		malformed, truncated, oversized, garbage, noAnchor            atomic.Int64
+		refused, unauthorized, timedOut, acceptErrs                   atomic.Int64
 	}
 	inst collectorInstruments
 }
@@ -154,6 +195,15 @@ func NewCollector(cfg Config) (*Collector, error) {
 	if cfg.DrainGrace <= 0 {
 		cfg.DrainGrace = 200 * time.Millisecond
 	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if len(cfg.Token) > MaxTokenLen {
+		return nil, fmt.Errorf("transport: Config.Token is longer than %d bytes", MaxTokenLen)
+	}
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
@@ -169,14 +219,16 @@ func NewCollector(cfg Config) (*Collector, error) {
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[net.Conn]struct{}{},
 		shutdown:  make(chan struct{}),
+		bufSize:   max(cfg.MaxFrame+4, cfg.MaxLine+1, 4096),
+		needsAuth: func(a net.Addr) bool { return cfg.Token != "" && a != nil && strings.HasPrefix(a.Network(), "tcp") },
 	}
 	if err := c.inst.init(cfg.MeterProvider); err != nil {
 		return nil, err
 	}
 	per := max(cfg.QueueSize/cfg.Workers, 1)
-	c.queues = make([]chan otelstats.Update, cfg.Workers)
+	c.queues = make([]chan item, cfg.Workers)
 	for i := range c.queues {
-		q := make(chan otelstats.Update, per)
+		q := make(chan item, per)
 		c.queues[i] = q
 		c.workerWG.Add(1)
 		go c.work(q)
@@ -184,10 +236,68 @@ func NewCollector(cfg Config) (*Collector, error) {
 	return c, nil
 }
 
-func (c *Collector) work(q chan otelstats.Update) {
+// item is what a worker queue carries: an update, or a barrier.
+type item struct {
+	u otelstats.Update
+	b *barrier
+}
+
+// barrier runs release once every worker has recorded what was queued
+// before it: a stream's sides stay present until the tracker has applied
+// all the stream sent (a frontend whose ARRIVED is applied after its
+// stream closed is still present when the engine's held FINISHED follows).
+type barrier struct {
+	n       atomic.Int32
+	release func()
+}
+
+func (b *barrier) pass() {
+	if b.n.Add(-1) == 0 {
+		b.release()
+	}
+}
+
+// afterQueued calls release once everything queued so far is recorded,
+// at once when the collector is closed. It never blocks: when a worker's
+// queue is full, a goroutine waits for room (holding the read lock, so
+// Close cannot close the queues under it).
+func (c *Collector) afterQueued(release func()) {
+	c.qmu.RLock()
+	if c.closed {
+		c.qmu.RUnlock()
+		release()
+		return
+	}
+	b := &barrier{release: release}
+	b.n.Store(int32(len(c.queues)))
+	var full []chan item
+	for _, q := range c.queues {
+		select {
+		case q <- item{b: b}:
+		default:
+			full = append(full, q)
+		}
+	}
+	if len(full) == 0 {
+		c.qmu.RUnlock()
+		return
+	}
+	go func() {
+		defer c.qmu.RUnlock()
+		for _, q := range full {
+			q <- item{b: b}
+		}
+	}()
+}
+
+func (c *Collector) work(q chan item) {
 	defer c.workerWG.Done()
-	for u := range q {
-		if err := c.tr.Record(u); err != nil {
+	for it := range q {
+		if it.b != nil {
+			it.b.pass()
+			continue
+		}
+		if err := c.tr.Record(it.u); err != nil {
 			c.n.rejected.Add(1)
 			var re *otelstats.RejectError
 			if errors.As(err, &re) {
@@ -218,15 +328,20 @@ func (c *Collector) enqueue(u *otelstats.Update) bool {
 		q = c.queues[maphash.String(c.seed, u.RequestID)%uint64(len(c.queues))]
 	}
 	select {
-	case q <- *u:
+	case q <- item{u: *u}:
 		return true
 	default:
 		return false
 	}
 }
 
-// Serve accepts connections on l until l fails or the collector is closed,
-// reading each as a stream. It returns nil after Close.
+// Serve accepts connections on l until the collector is closed, reading
+// each as a stream. It returns nil after Close, and l's error when l was
+// closed by someone else. Any other accept error (the file-descriptor limit,
+// a connection aborted before it was accepted) is counted and retried after
+// a backoff of 5 ms doubling to 1 s, as net/http does: a flood never ends
+// the collector. Connections beyond Config.MaxConns are closed at once and
+// counted as refused.
 func (c *Collector) Serve(l net.Listener) error {
 	c.mu.Lock()
 	if c.isShutdown() {
@@ -241,49 +356,135 @@ func (c *Collector) Serve(l net.Listener) error {
 		delete(c.listeners, l)
 		c.mu.Unlock()
 	}()
-	backoff := 5 * time.Millisecond
+	needAuth := c.needsAuth(l.Addr())
+	var backoff time.Duration
 	for {
 		conn, err := l.Accept()
 		if err != nil {
 			if c.isShutdown() {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(backoff)
-				backoff = min(2*backoff, time.Second)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			backoff = c.acceptFailed(err, backoff)
+			if !c.pause(backoff) {
+				return nil
+			}
+			continue
 		}
-		backoff = 5 * time.Millisecond
+		backoff = 0
+		if !c.admitConn() {
+			_ = conn.Close()
+			continue
+		}
 		c.mu.Lock()
 		if c.isShutdown() {
 			c.mu.Unlock()
+			c.releaseConn()
 			_ = conn.Close()
 			return nil
 		}
 		c.conns[conn] = struct{}{}
 		c.connWG.Add(1)
 		c.mu.Unlock()
-		go func() {
-			defer c.connWG.Done()
-			st := c.ServeStream(conn, conn.RemoteAddr().String())
-			_ = conn.Close()
-			c.mu.Lock()
-			delete(c.conns, conn)
-			c.mu.Unlock()
-			c.logStream(conn.RemoteAddr().String(), &st)
-		}()
+		go c.serveConn(conn, needAuth)
 	}
+}
+
+func (c *Collector) serveConn(conn net.Conn, needAuth bool) {
+	defer c.connWG.Done()
+	defer c.releaseConn()
+	from := conn.RemoteAddr().String()
+	st := c.serveStream(&idleConn{Conn: conn, c: c}, from, needAuth)
+	_ = conn.Close()
+	c.mu.Lock()
+	delete(c.conns, conn)
+	c.mu.Unlock()
+	c.logStream(from, &st)
+}
+
+// admitConn takes one of MaxConns slots, or counts a refusal.
+func (c *Collector) admitConn() bool {
+	if c.open.Add(1) > int64(c.cfg.MaxConns) {
+		c.open.Add(-1)
+		c.n.refused.Add(1)
+		c.inst.errs.Add(context.Background(), 1, c.inst.errAttrs["refused"])
+		return false
+	}
+	return true
+}
+
+func (c *Collector) releaseConn() { c.open.Add(-1) }
+
+// acceptFailed counts a failed accept, logs it at most once a second, and
+// returns the next backoff.
+func (c *Collector) acceptFailed(err error, backoff time.Duration) time.Duration {
+	c.n.acceptErrs.Add(1)
+	c.inst.errs.Add(context.Background(), 1, c.inst.errAttrs["accept"])
+	backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+	now := time.Now().UnixNano()
+	if last := c.lastLog.Load(); now-last >= int64(time.Second) && c.lastLog.CompareAndSwap(last, now) {
+		c.log.Warn("accept failed; retrying", "err", err, "retry_in", backoff, "accept_errors", c.n.acceptErrs.Load())
+	}
+	return backoff
+}
+
+// pause waits d, or returns false at once when the collector closes.
+func (c *Collector) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.shutdown:
+		return false
+	}
+}
+
+// idleConn closes a connection that delivers nothing for IdleTimeout: each
+// read pushes the deadline on. Once Close drains, the drain's deadline
+// holds.
+type idleConn struct {
+	net.Conn
+	c *Collector
+}
+
+func (ic *idleConn) Read(p []byte) (int, error) {
+	c := ic.c
+	if d := c.cfg.IdleTimeout; d > 0 || c.drainAt.Load() != 0 {
+		var at time.Time
+		if d > 0 {
+			at = time.Now().Add(d)
+		}
+		if drain := c.drainAt.Load(); drain != 0 && (at.IsZero() || drain < at.UnixNano()) {
+			at = time.Unix(0, drain)
+		}
+		_ = ic.SetReadDeadline(at)
+	}
+	return ic.Conn.Read(p)
+}
+
+func (c *Collector) getReader(r io.Reader) *bufio.Reader {
+	if br, ok := c.readers.Get().(*bufio.Reader); ok {
+		br.Reset(r)
+		return br
+	}
+	return bufio.NewReaderSize(r, c.bufSize)
+}
+
+func (c *Collector) putReader(br *bufio.Reader) {
+	br.Reset(nil)
+	c.readers.Put(br)
 }
 
 func (c *Collector) logStream(from string, st *StreamStats) {
 	attrs := []any{"from", from, "producer", st.Producer, "encoding", st.Encoding, "updates", st.Updates}
-	bad := st.Dropped + st.Malformed + st.Truncated + st.Oversized + st.Garbage + st.NoAnchor
+	bad := st.Dropped + st.Malformed + st.Truncated + st.Oversized + st.Garbage + st.NoAnchor + st.Unauthorized + st.TimedOut
 	if bad > 0 || st.Err != nil {
 		attrs = append(attrs, "dropped", st.Dropped, "malformed", st.Malformed, "truncated", st.Truncated,
-			"oversized", st.Oversized, "garbage", st.Garbage, "no_anchor", st.NoAnchor)
+			"oversized", st.Oversized, "garbage", st.Garbage, "no_anchor", st.NoAnchor,
+			"unauthorized", st.Unauthorized, "timed_out", st.TimedOut)
 		if st.Err != nil {
 			attrs = append(attrs, "err", st.Err)
 		}
@@ -318,19 +519,34 @@ func (c *Collector) Handler() http.Handler {
 }
 
 // serveUpdates answers 202 with the body's StreamStats as JSON; 413 when the
-// body exceeds MaxBody (what came before the limit is recorded), 405 for
-// anything but POST.
+// body exceeds MaxBody (what came before the limit is recorded), 401 when
+// the token is required and missing or wrong, 400 for a body that is
+// neither encoding, 405 for anything but POST.
 func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		http.Error(w, "POST JSON lines or binary frames", http.StatusMethodNotAllowed)
 		return
 	}
+	needAuth := c.cfg.Token != ""
+	if tok, ok := bearer(r); ok && needAuth {
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(c.cfg.Token)) != 1 {
+			c.n.unauthorized.Add(1)
+			c.inst.errs.Add(context.Background(), 1, c.inst.errAttrs["unauthorized"])
+			w.Header().Set("WWW-Authenticate", `Bearer realm="llmtrace"`)
+			http.Error(w, "wrong token", http.StatusUnauthorized)
+			return
+		}
+		needAuth = false
+	}
 	body := http.MaxBytesReader(w, r.Body, c.cfg.MaxBody)
-	st := c.ServeStream(body, "http "+r.RemoteAddr)
+	st := c.serve(&stream{c: c, needAuth: needAuth, http: true}, body, "http "+r.RemoteAddr)
 	code := http.StatusAccepted
 	var mbe *http.MaxBytesError
 	switch {
+	case st.Unauthorized > 0:
+		w.Header().Set("WWW-Authenticate", `Bearer realm="llmtrace"`)
+		code = http.StatusUnauthorized
 	case errors.As(st.Err, &mbe):
 		code = http.StatusRequestEntityTooLarge
 	case st.Garbage > 0:
@@ -339,6 +555,16 @@ func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(&st)
+}
+
+// bearer returns the token of an "Authorization: Bearer TOKEN" header.
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
 }
 
 // Close stops accepting, lets every connection read for Config.DrainGrace
@@ -359,6 +585,7 @@ func (c *Collector) Close(ctx context.Context) error {
 	}
 	// Let every connection read what its producer already wrote, then end.
 	grace := time.Now().Add(c.cfg.DrainGrace)
+	c.drainAt.Store(grace.UnixNano())
 	for conn := range c.conns {
 		_ = conn.SetReadDeadline(grace)
 	}
@@ -379,6 +606,7 @@ func (c *Collector) Close(ctx context.Context) error {
 		<-waited
 	}
 
+	c.httpSides.close()
 	c.qmu.Lock()
 	c.closed = true
 	for _, q := range c.queues {
@@ -405,6 +633,8 @@ func (c *Collector) Stats() Stats {
 		Updates: c.n.updates.Load(), Recorded: c.n.recorded.Load(), Rejected: c.n.rejected.Load(),
 		Dropped: c.n.dropped.Load(), Malformed: c.n.malformed.Load(), Truncated: c.n.truncated.Load(),
 		Oversized: c.n.oversized.Load(), Garbage: c.n.garbage.Load(), NoAnchor: c.n.noAnchor.Load(),
+		Refused: c.n.refused.Load(), Unauthorized: c.n.unauthorized.Load(), TimedOut: c.n.timedOut.Load(),
+		AcceptErrors: c.n.acceptErrs.Load(),
 	}
 }
 
@@ -416,8 +646,9 @@ const (
 
 	// OutcomeKey says what became of an update: queued or dropped.
 	OutcomeKey = attributes.CollectorOutcome
-	// ErrorKey names a stream error: malformed, truncated, oversized,
-	// garbage or no_anchor.
+	// ErrorKey names a stream or connection error: malformed, truncated,
+	// oversized, garbage, no_anchor, refused (over MaxConns), unauthorized,
+	// timeout or accept.
 	ErrorKey = attributes.CollectorError
 )
 
@@ -450,7 +681,7 @@ func (in *collectorInstruments) init(mp metric.MeterProvider) error {
 	in.queued = metric.WithAttributeSet(attribute.NewSet(OutcomeKey.String("queued")))
 	in.dropped = metric.WithAttributeSet(attribute.NewSet(OutcomeKey.String("dropped")))
 	in.errAttrs = map[string]metric.MeasurementOption{}
-	for _, e := range []string{"malformed", "truncated", "oversized", "garbage", "no_anchor"} {
+	for _, e := range []string{"malformed", "truncated", "oversized", "garbage", "no_anchor", "refused", "unauthorized", "timeout", "accept"} {
 		in.errAttrs[e] = metric.WithAttributeSet(attribute.NewSet(ErrorKey.String(e)))
 	}
 	return nil

@@ -24,23 +24,50 @@ const headerLen = len(Magic) + 1
 const (
 	FrameHello  byte = 0x01
 	FrameUpdate byte = 0x02
+	// FramePing carries nothing: an idle producer sends one now and then so
+	// the collector's idle timeout does not close its connection.
+	FramePing byte = 0x03
+)
+
+// Field ids of a HELLO frame, after the producer name; the same id ranges
+// as an UPDATE's fields.
+const (
+	helloSide  byte = 0x01
+	helloToken byte = 0x40
 )
 
 // Field ids of an UPDATE frame. Ids below 0x40 carry a uvarint, ids from
 // 0x40 to 0x7F a string.
 const (
-	fieldPromptTokens   byte = 0x01
-	fieldComputedTokens byte = 0x02
-	fieldCachedTokens   byte = 0x03
-	fieldNewTokens      byte = 0x04
-	fieldBusyNs         byte = 0x05
-	fieldModel          byte = 0x40
-	fieldOperation      byte = 0x41
-	fieldScope          byte = 0x42
-	fieldFinishReason   byte = 0x43
-	fieldErrorType      byte = 0x44
-	fieldSampling       byte = 0x45
+	fieldPromptTokens    byte = 0x01
+	fieldComputedTokens  byte = 0x02
+	fieldCachedTokens    byte = 0x03
+	fieldNewTokens       byte = 0x04
+	fieldBusyNs          byte = 0x05
+	fieldOutputTokens    byte = 0x06
+	fieldRemoteTokens    byte = 0x07
+	fieldKVBytes         byte = 0x08
+	fieldDraftTokens     byte = 0x09
+	fieldAcceptedTokens  byte = 0x0A
+	fieldItems           byte = 0x0B
+	fieldEncoderTokens   byte = 0x0C
+	fieldEncoderCacheHit byte = 0x0D
+	fieldModel           byte = 0x40
+	fieldOperation       byte = 0x41
+	fieldScope           byte = 0x42
+	fieldFinishReason    byte = 0x43
+	fieldErrorType       byte = 0x44
+	fieldSampling        byte = 0x45
+	fieldPDRole          byte = 0x46
+	fieldKVSource        byte = 0x47
+	fieldKVStatus        byte = 0x48
+	fieldLoRAAdapter     byte = 0x49
+	fieldTraceparent     byte = 0x4A
+	fieldTracestate      byte = 0x4B
 )
+
+// maxKVBytes bounds kv_bytes, as the update log does.
+const maxKVBytes = 1 << 50
 
 const (
 	flagSideMask = 0x03
@@ -54,6 +81,9 @@ const DefaultMaxFrame = 64 << 10
 // MaxProducerName bounds a HELLO's producer name.
 const MaxProducerName = 256
 
+// MaxTokenLen bounds the shared token a HELLO may carry.
+const MaxTokenLen = 256
+
 // Errors of DecodeFrame.
 var (
 	// ErrIncomplete: the buffer ends inside the frame; read more.
@@ -66,11 +96,17 @@ var (
 )
 
 // Hello is a producer's clock anchor: its wall clock and monotonic clock
-// read at the same instant.
+// read at the same instant; it may also name the side the producer records
+// for and carry the collector's shared token.
 type Hello struct {
 	Producer string
 	WallNs   int64 // Unix nanoseconds
 	MonoNs   int64 // the producer's monotonic clock, nanoseconds
+	// Side is the side whose updates the producer sends (SideAuto: not
+	// said; the side of each update counts).
+	Side otelstats.Side
+	// Token is the collector's shared token, when it requires one.
+	Token string
 }
 
 // Stamp is an update's time as sent: Unix nanoseconds, or nanoseconds on the
@@ -108,9 +144,19 @@ func AppendHello(dst []byte, h Hello) []byte {
 		name = name[:MaxProducerName]
 	}
 	dst = appendString(dst, name)
+	if h.Side == otelstats.SideFrontend || h.Side == otelstats.SideEngine {
+		dst = append(dst, helloSide, byte(h.Side))
+	}
+	if h.Token != "" && len(h.Token) <= MaxTokenLen {
+		dst = append(dst, helloToken)
+		dst = appendString(dst, h.Token)
+	}
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
 	return dst
 }
+
+// AppendPing appends a PING frame.
+func AppendPing(dst []byte) []byte { return append(dst, 0, 0, 0, 1, FramePing) }
 
 // AppendUpdate appends u as an UPDATE frame stamped with s (u.Time is not
 // read). Fields are written when the kind needs them or they are set.
@@ -141,11 +187,28 @@ func AppendUpdate(dst []byte, u *otelstats.Update, s Stamp) []byte {
 	num(fieldCachedTokens, u.NumCachedTokens, k == otelstats.KindPrefilling || u.NumCachedTokens > 0)
 	num(fieldNewTokens, u.NumNewTokens, k == otelstats.KindDetokenized || u.NumNewTokens > 0)
 	num(fieldBusyNs, int(u.Busy), u.Busy > 0)
+	num(fieldOutputTokens, u.NumOutputTokens, u.NumOutputTokens > 0)
+	num(fieldRemoteTokens, u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || u.NumRemoteTokens > 0)
+	num(fieldKVBytes, int(u.KVBytes), u.KVBytes > 0)
+	num(fieldDraftTokens, u.NumDraftTokens, u.NumDraftTokens > 0)
+	num(fieldAcceptedTokens, u.NumAcceptedTokens, u.NumDraftTokens > 0)
+	num(fieldItems, u.NumItems, k == otelstats.KindEncoding || u.NumItems > 0)
+	num(fieldEncoderTokens, u.NumEncoderTokens, u.NumEncoderTokens > 0)
+	num(fieldEncoderCacheHit, 1, u.EncoderCacheHit)
 	str(fieldModel, u.Model)
 	str(fieldOperation, u.Operation)
 	str(fieldScope, u.Scope)
 	str(fieldFinishReason, u.FinishReason)
 	str(fieldErrorType, u.ErrorType)
+	str(fieldPDRole, u.PDRole)
+	str(fieldKVSource, u.KVSource)
+	str(fieldKVStatus, u.KVStatus)
+	str(fieldLoRAAdapter, u.LoRAAdapter)
+	if u.Parent.IsValid() {
+		tp, ts := formatParent(u.Parent)
+		str(fieldTraceparent, tp)
+		str(fieldTracestate, ts)
+	}
 	if u.Sampling != nil {
 		if b, err := json.Marshal(u.Sampling); err == nil && string(b) != "{}" {
 			dst = append(dst, fieldSampling)
@@ -281,6 +344,26 @@ func decodeHello(body []byte, h *Hello) error {
 	if r.err == nil && h.WallNs <= 0 {
 		r.fail("wall_ns must be positive")
 	}
+	for len(r.b) > 0 && r.err == nil {
+		id := r.byte1("field id")
+		switch {
+		case id == 0 || id >= 0x80:
+			r.fail("bad HELLO field id 0x" + strconv.FormatUint(uint64(id), 16))
+		case id < 0x40:
+			v := r.uvarint("field")
+			if id == helloSide && r.err == nil {
+				if v != uint64(otelstats.SideFrontend) && v != uint64(otelstats.SideEngine) {
+					r.fail("side must be 1 (frontend) or 2 (engine)")
+				}
+				h.Side = otelstats.Side(v)
+			}
+		default:
+			s := r.bytes("field", MaxTokenLen)
+			if id == helloToken && r.err == nil {
+				h.Token = string(s)
+			}
+		}
+	}
 	return r.err
 }
 
@@ -311,8 +394,27 @@ func decodeUpdate(body []byte, f *Frame) error {
 	u.Side = otelstats.Side(flags & flagSideMask)
 	f.Stamp.Mono = flags&flagMono != 0
 	u.RequestID = string(id)
+	var tc traceContext
+	seen, err := decodeFields(&r, u, &tc)
+	if err != nil {
+		return err
+	}
+	if f.Reject = payloadRules(u, seen); f.Reject == nil && tc.parent != "" {
+		var ok bool
+		if u.Parent, ok = parseParent(tc.parent, tc.state); !ok {
+			f.Reject = &otelstats.RejectError{RequestID: u.RequestID, Kind: k, Side: u.Side,
+				Reason: otelstats.ReasonMalformed, Detail: "traceparent is not a W3C trace context"}
+		}
+	}
+	return nil
+}
 
-	var seen uint64 // bit per numeric field id
+// traceContext is an UPDATE's traceparent and tracestate as sent.
+type traceContext struct{ parent, state string }
+
+// decodeFields reads an UPDATE's fields into u and returns which numeric
+// field ids it saw (a bit each).
+func decodeFields(r *reader, u *otelstats.Update, tc *traceContext) (seen uint64, err error) {
 	for len(r.b) > 0 && r.err == nil {
 		id := r.byte1("field id")
 		switch {
@@ -320,78 +422,133 @@ func decodeUpdate(body []byte, f *Frame) error {
 			r.fail("bad field id 0x" + strconv.FormatUint(uint64(id), 16))
 		case id < 0x40:
 			v := r.uvarint("field")
-			if r.err != nil {
-				break
-			}
-			seen |= 1 << id
-			if id == fieldBusyNs {
-				if v > uint64(1e6*float64(time.Second)) {
-					r.fail("busy_ns out of range")
-				}
-				u.Busy = time.Duration(v)
-				break
-			}
-			if v > otelstats.MaxTokenCount {
-				v = otelstats.MaxTokenCount + 1 // the tracker rejects it as absurd
-			}
-			switch id {
-			case fieldPromptTokens:
-				u.NumPromptTokens = int(v)
-			case fieldComputedTokens:
-				u.NumComputedTokens = int(v)
-			case fieldCachedTokens:
-				u.NumCachedTokens = int(v)
-			case fieldNewTokens:
-				u.NumNewTokens = int(v)
+			if r.err == nil {
+				seen |= 1 << id
+				numField(r, u, id, v)
 			}
 		default:
-			s := r.bytes("field", maxString)
-			if r.err != nil {
-				break
-			}
-			switch id {
-			case fieldModel:
-				u.Model = string(s)
-			case fieldOperation:
-				u.Operation = string(s)
-			case fieldScope:
-				u.Scope = string(s)
-			case fieldFinishReason:
-				u.FinishReason = string(s)
-			case fieldErrorType:
-				u.ErrorType = string(s)
-			case fieldSampling:
-				var sp otelstats.SamplingParams
-				if err := json.Unmarshal(s, &sp); err != nil {
-					r.fail("sampling_params is not a JSON object of sampling params")
-					break
+			if s := r.bytes("field", maxString); r.err == nil {
+				switch id {
+				case fieldTraceparent:
+					tc.parent = string(s)
+				case fieldTracestate:
+					tc.state = string(s)
+				default:
+					strField(r, u, id, s)
 				}
-				u.Sampling = &sp
 			}
 		}
 	}
-	if r.err != nil {
-		return r.err
+	return seen, r.err
+}
+
+// count is a token count as the tracker sees it: one past its limit when
+// absurd, so the tracker rejects it as absurd_count.
+func count(v uint64) int {
+	if v > otelstats.MaxTokenCount {
+		return otelstats.MaxTokenCount + 1
 	}
-	need := func(field byte, name string) {
-		if f.Reject == nil && seen&(1<<field) == 0 {
-			f.Reject = &otelstats.RejectError{RequestID: u.RequestID, Kind: k, Side: u.Side,
-				Reason: otelstats.ReasonMissingPayload, Detail: name + " is required on " + k.String()}
+	return int(v)
+}
+
+// numField sets a uvarint field; unknown ids are skipped.
+func numField(r *reader, u *otelstats.Update, id byte, v uint64) {
+	switch id {
+	case fieldPromptTokens:
+		u.NumPromptTokens = count(v)
+	case fieldComputedTokens:
+		u.NumComputedTokens = count(v)
+	case fieldCachedTokens:
+		u.NumCachedTokens = count(v)
+	case fieldNewTokens:
+		u.NumNewTokens = count(v)
+	case fieldOutputTokens:
+		u.NumOutputTokens = count(v)
+	case fieldRemoteTokens:
+		u.NumRemoteTokens = count(v)
+	case fieldDraftTokens:
+		u.NumDraftTokens = count(v)
+	case fieldAcceptedTokens:
+		u.NumAcceptedTokens = count(v)
+	case fieldItems:
+		u.NumItems = count(v)
+	case fieldEncoderTokens:
+		u.NumEncoderTokens = count(v)
+	case fieldEncoderCacheHit:
+		u.EncoderCacheHit = v != 0
+	case fieldKVBytes:
+		u.KVBytes = int64(min(v, maxKVBytes+1)) // the tracker rejects more
+	case fieldBusyNs:
+		if v > uint64(1e6*float64(time.Second)) {
+			r.fail("busy_ns out of range")
+		}
+		u.Busy = time.Duration(v)
+	}
+}
+
+// strField sets a string field; unknown ids are skipped.
+func strField(r *reader, u *otelstats.Update, id byte, s []byte) {
+	switch id {
+	case fieldModel:
+		u.Model = string(s)
+	case fieldOperation:
+		u.Operation = string(s)
+	case fieldScope:
+		u.Scope = string(s)
+	case fieldFinishReason:
+		u.FinishReason = string(s)
+	case fieldErrorType:
+		u.ErrorType = string(s)
+	case fieldPDRole:
+		u.PDRole = string(s)
+	case fieldKVSource:
+		u.KVSource = string(s)
+	case fieldKVStatus:
+		u.KVStatus = string(s)
+	case fieldLoRAAdapter:
+		u.LoRAAdapter = string(s)
+	case fieldSampling:
+		var sp otelstats.SamplingParams
+		if err := json.Unmarshal(s, &sp); err != nil {
+			r.fail("sampling_params is not a JSON object of sampling params")
+			return
+		}
+		u.Sampling = &sp
+	}
+}
+
+// required are the fields each kind must carry, as in the update log.
+var required = map[otelstats.Kind][]struct {
+	id   byte
+	name string
+}{
+	otelstats.KindInputProcessed: {{fieldPromptTokens, "num_prompt_tokens"}},
+	otelstats.KindPrefilling:     {{fieldComputedTokens, "num_computed_tokens"}, {fieldCachedTokens, "num_cached_tokens"}},
+	otelstats.KindDetokenized:    {{fieldNewTokens, "num_new_tokens"}},
+	otelstats.KindRemoteKVReady:  {{fieldRemoteTokens, "num_remote_tokens"}},
+	otelstats.KindEncoding:       {{fieldItems, "num_items"}},
+}
+
+// payloadRules are the update log's rules on what a kind carries (the
+// tracker checks the rest): the rejection of a well-formed frame whose
+// update breaks one, or nil.
+func payloadRules(u *otelstats.Update, seen uint64) *otelstats.RejectError {
+	has := func(id byte) bool { return seen&(1<<id) != 0 }
+	bad := func(reason otelstats.Reason, detail string) *otelstats.RejectError {
+		return &otelstats.RejectError{RequestID: u.RequestID, Kind: u.Kind, Side: u.Side, Reason: reason, Detail: detail}
+	}
+	for _, f := range required[u.Kind] {
+		if !has(f.id) {
+			return bad(otelstats.ReasonMissingPayload, f.name+" is required on "+u.Kind.String())
 		}
 	}
-	switch k {
-	case otelstats.KindInputProcessed:
-		need(fieldPromptTokens, "num_prompt_tokens")
-	case otelstats.KindPrefilling:
-		need(fieldComputedTokens, "num_computed_tokens")
-		need(fieldCachedTokens, "num_cached_tokens")
-	case otelstats.KindDetokenized:
-		need(fieldNewTokens, "num_new_tokens")
-	case otelstats.KindDecoding:
-		if seen&(1<<fieldNewTokens) != 0 && u.NumNewTokens == 0 {
-			f.Reject = &otelstats.RejectError{RequestID: u.RequestID, Kind: k, Side: u.Side,
-				Reason: otelstats.ReasonMissingPayload, Detail: "DECODING with num_new_tokens 0"}
-		}
+	switch {
+	case u.Kind == otelstats.KindDecoding && has(fieldNewTokens) && u.NumNewTokens == 0:
+		return bad(otelstats.ReasonMissingPayload, "DECODING with num_new_tokens 0")
+	case has(fieldDraftTokens) != has(fieldAcceptedTokens):
+		return bad(otelstats.ReasonDraftWithoutAccepted, "num_draft_tokens and num_accepted_tokens go together")
+	case u.Kind == otelstats.KindRemoteKVWait && u.KVSource == "":
+		return bad(otelstats.ReasonMissingPayload, "kv_source is required on REMOTE_KV_WAIT")
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -34,7 +35,27 @@ func sampleUpdates() []otelstats.Update {
 		{RequestID: "r1", Kind: otelstats.KindDetokenized, NumNewTokens: 2},
 		{RequestID: "r1", Kind: otelstats.KindFinished, Side: otelstats.SideEngine, FinishReason: "stop"},
 		{RequestID: strings.Repeat("x", otelstats.MaxIDLength), Kind: otelstats.KindFinished, FinishReason: "error", ErrorType: "timeout", NumPromptTokens: 7},
+		// SPEC §7–9's kinds and payloads.
+		{RequestID: "pd", Kind: otelstats.KindArrived, Model: "m", PDRole: otelstats.PDRoleDecode, LoRAAdapter: "sql-lora"},
+		{RequestID: "pd", Kind: otelstats.KindRemoteKVWait, KVSource: "prefill-3"},
+		{RequestID: "pd", Kind: otelstats.KindRemoteKVReady, NumRemoteTokens: 480, KVBytes: 1 << 33, KVStatus: otelstats.KVStatusFailed},
+		{RequestID: "pd", Kind: otelstats.KindRemoteKVReady, NumRemoteTokens: 0},
+		{RequestID: "pd", Kind: otelstats.KindDecoding, NumNewTokens: 3, NumDraftTokens: 4, NumAcceptedTokens: 2},
+		{RequestID: "mm", Kind: otelstats.KindEncoding, NumItems: 2, NumEncoderTokens: 576},
+		{RequestID: "mm", Kind: otelstats.KindEncoding, NumItems: 0},
+		{RequestID: "mm", Kind: otelstats.KindEncoded, EncoderCacheHit: true},
+		{RequestID: "mm", Kind: otelstats.KindFinished, FinishReason: "stop", NumOutputTokens: 12},
+		{RequestID: "routed", Kind: otelstats.KindArrived, Model: "m", Parent: routerSpan()},
 	}
+}
+
+// routerSpan is a router's span context, as a traceparent carries it.
+func routerSpan() trace.SpanContext {
+	ts, _ := trace.ParseTraceState("router=r1")
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, SpanID: trace.SpanID{9, 8, 7, 6, 5, 4, 3, 2},
+		TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true,
+	})
 }
 
 func TestFrameRoundTrip(t *testing.T) {
@@ -81,12 +102,39 @@ func TestFrameRoundTrip(t *testing.T) {
 	}
 }
 
+// TestEncodingsAgree: every update, through the binary encoding and
+// through the update log, decodes to the same Update — neither encoding
+// carries a field the other drops.
+func TestEncodingsAgree(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 5).UTC()
+	for i, u := range sampleUpdates() {
+		u.Time = t0
+		f, _, err := DecodeFrame(AppendUpdate(nil, &u, Stamp{Ns: t0.UnixNano()}), DefaultMaxFrame)
+		if err != nil || f.Reject != nil {
+			t.Fatalf("update %d binary: %v %v", i, err, f.Reject)
+		}
+		f.Update.Time = t0
+		j, err := ParseUpdate(AppendUpdateJSON(nil, &u))
+		if err != nil {
+			t.Fatalf("update %d JSON: %v", i, err)
+		}
+		if !reflect.DeepEqual(f.Update, j) {
+			t.Errorf("update %d:\nbinary %+v\n  json %+v", i, f.Update, j)
+		}
+	}
+}
+
 // TestDocExample checks the bytes shown in doc.go.
 func TestDocExample(t *testing.T) {
 	got := AppendHello(AppendHeader(nil), Hello{Producer: "e0", WallNs: 1_700_000_000_000_000_000, MonoNs: 5_000_000_000})
 	want := "4C4C4D5401" + "0000001201" + "8080A8B1E39FE7CB17" + "80E497D012" + "026530"
 	if strings.ToUpper(hex.EncodeToString(got)) != want {
 		t.Fatalf("doc example:\n got % X\nwant %s", got, want)
+	}
+	got = AppendHello(nil, Hello{Producer: "e0", WallNs: 1_700_000_000_000_000_000, MonoNs: 5_000_000_000, Side: otelstats.SideEngine, Token: "s3cret"})
+	want = "0000001C01" + "8080A8B1E39FE7CB17" + "80E497D012" + "026530" + "0102" + "4006" + hex.EncodeToString([]byte("s3cret"))
+	if !strings.EqualFold(hex.EncodeToString(got), want) {
+		t.Fatalf("doc example with side and token:\n got % X\nwant %s", got, want)
 	}
 	u := otelstats.Update{RequestID: "0123456789abcdef", Kind: otelstats.KindDecoding, Side: otelstats.SideEngine}
 	got = AppendUpdate(nil, &u, Stamp{Ns: 8_123_000_123_456, Mono: true})
@@ -164,6 +212,9 @@ func TestDecodeFrameMissingPayload(t *testing.T) {
 		"PREFILLING":      frame(FrameUpdate, 4, 0, 1, 1, 'r', 0x02, 5),
 		"DETOKENIZED":     frame(FrameUpdate, 7, 0, 1, 1, 'r'),
 		"DECODING 0":      frame(FrameUpdate, 6, 0, 1, 1, 'r', 0x04, 0),
+		"REMOTE_KV_WAIT":  frame(FrameUpdate, 9, 0, 1, 1, 'r'),
+		"REMOTE_KV_READY": frame(FrameUpdate, 10, 0, 1, 1, 'r'),
+		"ENCODING":        frame(FrameUpdate, 11, 0, 1, 1, 'r'),
 	}
 	for name, in := range cases {
 		f, n, err := DecodeFrame(in, DefaultMaxFrame)
@@ -174,8 +225,18 @@ func TestDecodeFrameMissingPayload(t *testing.T) {
 			t.Errorf("%s: reject = %v", name, f.Reject)
 		}
 	}
+	// A traceparent that is not one is rejected as in the update log.
+	f, _, err := DecodeFrame(frame(FrameUpdate, 1, 0, 1, 1, 'r', 0x40, 1, 'm', 0x4A, 3, 'x', 'y', 'z'), DefaultMaxFrame)
+	if err != nil || f.Reject == nil || f.Reject.Reason != otelstats.ReasonMalformed {
+		t.Errorf("bad traceparent: %v %v", err, f.Reject)
+	}
+	// The draft count goes with the accepted count, as in the update log.
+	f, _, err = DecodeFrame(frame(FrameUpdate, 6, 0, 1, 1, 'r', 0x09, 4), DefaultMaxFrame)
+	if err != nil || f.Reject == nil || f.Reject.Reason != otelstats.ReasonDraftWithoutAccepted {
+		t.Errorf("draft without accepted: %v %v", err, f.Reject)
+	}
 	// DECODING without num_new_tokens means one token.
-	f, _, err := DecodeFrame(frame(FrameUpdate, 6, 0, 1, 1, 'r'), DefaultMaxFrame)
+	f, _, err = DecodeFrame(frame(FrameUpdate, 6, 0, 1, 1, 'r'), DefaultMaxFrame)
 	if err != nil || f.Reject != nil || f.Update.NumNewTokens != 0 {
 		t.Fatalf("DECODING default: %v %+v", err, f)
 	}

@@ -39,7 +39,9 @@ import (
 // num_remote_tokens (REMOTE_KV_WAIT); num_remote_tokens (required), kv_bytes
 // and kv_status (REMOTE_KV_READY); num_draft_tokens and num_accepted_tokens
 // (DECODING, both or neither); num_items (required) and num_encoder_tokens
-// (ENCODING); encoder_cache_hit (ENCODED). Unknown fields are ignored.
+// (ENCODING); encoder_cache_hit (ENCODED); traceparent and tracestate
+// (ARRIVED: the W3C trace context the request came with, e.g. a P/D
+// router's, so the request's trace joins it). Unknown fields are ignored.
 type logLine struct {
 	RequestID         json.RawMessage           `json:"request_id"`
 	Type              json.RawMessage           `json:"type"`
@@ -69,6 +71,10 @@ type logLine struct {
 	NumItems          *json.Number `json:"num_items"`
 	NumEncoderTokens  *json.Number `json:"num_encoder_tokens"`
 	EncoderCacheHit   *bool        `json:"encoder_cache_hit"`
+	// Traceparent (and Tracestate), on ARRIVED: the W3C trace context the
+	// request came with (Update.Parent).
+	Traceparent *string `json:"traceparent"`
+	Tracestate  *string `json:"tracestate"`
 	topLevelSampling
 }
 
@@ -163,6 +169,16 @@ func parseStrings(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 	}
 	if l.EncoderCacheHit != nil {
 		u.EncoderCacheHit = *l.EncoderCacheHit
+	}
+	if l.Traceparent != nil {
+		var ts string
+		if l.Tracestate != nil {
+			ts = *l.Tracestate
+		}
+		var ok bool
+		if u.Parent, ok = parseParent(*l.Traceparent, ts); !ok {
+			return reject(u, u.Side, otelstats.ReasonMalformed, "traceparent is not a W3C trace context")
+		}
 	}
 	return nil
 }
@@ -362,6 +378,11 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	}
 	w.str("finish_reason", u.FinishReason)
 	w.str("error_type", u.ErrorType)
+	if u.Parent.IsValid() {
+		tp, ts := formatParent(u.Parent)
+		w.str("traceparent", tp)
+		w.str("tracestate", ts)
+	}
 	if !u.Sampling.IsZero() {
 		b, _ := json.Marshal(u.Sampling)
 		w = append(w, `,"sampling_params":`...)

@@ -8,11 +8,14 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/otelstats"
+	"github.com/llmtrace/llmtrace/spans"
 )
 
 // badLine is one entry of the update log's bad-input catalogue: each gets a
@@ -176,5 +179,41 @@ func TestServingUpdateLog(t *testing.T) {
 		if !bytes.Contains(s.AppendJSON(nil), []byte(want)) {
 			t.Errorf("RequestStats JSON lacks %s: %s", want, s.AppendJSON(nil))
 		}
+	}
+}
+
+// A router's traceparent on an instance's ARRIVED line puts the request's
+// root under the router's span, as Arrive's ctx does (SPEC §7).
+func TestUpdateLogTraceparent(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithIDGenerator(spans.IDGenerator()))
+	tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tpHeader = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, l := range []string{
+		`{"request_id":"p1","type":"ARRIVED","ts":1700000000,"model":"m","pd_role":"prefill","traceparent":"` + tpHeader + `"}`,
+		`{"request_id":"p1","type":"FINISHED","ts":1700000000.01,"finish_reason":"stop"}`,
+	} {
+		u, err := ParseUpdate([]byte(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back := AppendUpdateJSON(nil, &u); u.Kind == otelstats.KindArrived && !bytes.Contains(back, []byte(tpHeader)) {
+			t.Errorf("re-encoded ARRIVED lacks the traceparent: %s", back)
+		}
+		if err := tr.Record(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = tr.Shutdown(t.Context())
+	ended := rec.Ended()
+	if len(ended) != 1 || ended[0].SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" ||
+		ended[0].Parent().SpanID().String() != "00f067aa0ba902b7" {
+		t.Fatalf("root %v, want a child of the router's span", ended)
+	}
+	if _, err := ParseUpdate([]byte(`{"request_id":"x","type":"ARRIVED","ts":1,"model":"m","traceparent":"nope"}`)); !errors.Is(err, otelstats.ReasonMalformed) {
+		t.Errorf("a bad traceparent: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -23,6 +24,7 @@ const (
 	DefaultMinBackoff     = 20 * time.Millisecond
 	DefaultMaxBackoff     = 2 * time.Second
 	DefaultWriteTimeout   = time.Second
+	DefaultPingInterval   = 30 * time.Second
 )
 
 // ProducerConfig configures a Producer.
@@ -46,6 +48,17 @@ type ProducerConfig struct {
 	// anchor and any time without a monotonic reading. For demonstrating and
 	// testing skew between processes; leave it zero.
 	ClockOffset time.Duration
+	// Side is the side whose updates this producer sends, announced in its
+	// HELLO so the collector counts the side as present from the moment it
+	// connects (SPEC §1); SideAuto announces none.
+	Side otelstats.Side
+	// Token is the collector's shared token (its -token-file), sent in
+	// every HELLO; empty when the collector asks for none.
+	Token string
+	// PingInterval is how long the connection may stay silent before the
+	// producer sends a PING, so the collector's idle timeout keeps it open
+	// (default 30 s; negative: never).
+	PingInterval time.Duration
 	// Logger gets connection events; none when nil.
 	Logger *slog.Logger
 }
@@ -107,6 +120,12 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.PingInterval == 0 {
+		cfg.PingInterval = DefaultPingInterval
+	}
+	if len(cfg.Token) > MaxTokenLen {
+		return nil, fmt.Errorf("transport: ProducerConfig.Token is longer than %d bytes", MaxTokenLen)
 	}
 	lg := cfg.Logger
 	if lg == nil {
@@ -191,7 +210,8 @@ func (p *Producer) stamp(t time.Time) Stamp {
 // now, and the wall time the producer's one anchor maps it to.
 func (p *Producer) hello() Hello {
 	mono := int64(time.Since(processStart))
-	return Hello{Producer: p.cfg.Name, MonoNs: mono, WallNs: p.anchorWall + (mono - p.anchorMono)}
+	return Hello{Producer: p.cfg.Name, MonoNs: mono, WallNs: p.anchorWall + (mono - p.anchorMono),
+		Side: p.cfg.Side, Token: p.cfg.Token}
 }
 
 func (p *Producer) appendHeader(dst []byte) []byte {
@@ -206,6 +226,16 @@ func (p *Producer) appendHeader(dst []byte) []byte {
 	dst = appendSeconds(dst, h.WallNs)
 	dst = append(dst, `,"mono_ts":`...)
 	dst = appendSeconds(dst, h.MonoNs)
+	if h.Side == otelstats.SideFrontend || h.Side == otelstats.SideEngine {
+		dst = append(dst, `,"side":"`...)
+		dst = append(dst, h.Side.String()...)
+		dst = append(dst, '"')
+	}
+	if h.Token != "" {
+		tok, _ := json.Marshal(h.Token)
+		dst = append(dst, `,"token":`...)
+		dst = append(dst, tok...)
+	}
 	return append(dst, "}\n"...)
 }
 
@@ -242,106 +272,200 @@ const (
 	maxBatchBytes   = 32 << 10
 )
 
+// writer is the state of the Producer's one writer goroutine.
+type writer struct {
+	p        *Producer
+	conn     net.Conn
+	buf      []byte
+	backoff  time.Duration
+	stopping bool // Close was called: drain what is buffered, then end
+	ping     *pingTimer
+}
+
 func (p *Producer) run() {
 	defer close(p.done)
 	defer p.cancel()
-	var conn net.Conn
+	w := &writer{p: p, backoff: p.cfg.MinBackoff, ping: newPingTimer(p.cfg.PingInterval)}
+	defer w.ping.stop()
 	defer func() {
-		if conn != nil {
-			_ = conn.Close()
+		if w.conn != nil {
+			w.drop()
 		}
-		p.connMu.Lock()
-		p.conn = nil
-		p.connMu.Unlock()
 		// What is left was never written.
 		p.n.dropped.Add(int64(len(p.ch)))
 	}()
-	drop := func() {
-		_ = conn.Close()
-		conn = nil
-		p.connMu.Lock()
-		p.conn = nil
-		p.connMu.Unlock()
-	}
-	var buf []byte
-	backoff := p.cfg.MinBackoff
-	stopping := false
 	for {
-		if conn == nil {
-			// Connect eagerly, and send the clock anchor at once: the
-			// HELLO's timing is what a collector aligning clocks measures.
-			c, err := p.dial()
-			if err == nil {
-				conn = c
-				buf = p.appendHeader(buf[:0])
-				_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
-				if _, err = conn.Write(buf); err != nil {
-					drop()
-				}
-			}
-			if err != nil {
-				if stopping || p.ctx.Err() != nil {
-					return // closing, and nobody to send to
-				}
-				p.log.Debug("collector unreachable", "addr", p.addr.String(), "err", err, "retry_in", backoff)
-				t := time.NewTimer(backoff)
-				select {
-				case <-t.C:
-				case <-p.stop:
-					stopping = true
-					t.Stop()
-				case <-p.ctx.Done():
-					t.Stop()
-				}
-				backoff = min(2*backoff, p.cfg.MaxBackoff)
-				continue
-			}
-			backoff = p.cfg.MinBackoff
-			p.n.connects.Add(1)
-			p.log.Info("connected to collector", "addr", p.addr.String())
-		}
-
-		var u otelstats.Update
-		if !stopping {
-			select {
-			case u = <-p.ch:
-			case <-p.stop:
-				stopping = true
-				continue
-			case <-p.ctx.Done():
+		if w.conn == nil {
+			if !w.connect() {
 				return
 			}
-		} else {
-			select {
-			case u = <-p.ch:
-			default:
-				return // drained
-			}
-		}
-		if p.ctx.Err() != nil {
-			p.n.dropped.Add(1)
-			return
-		}
-		n := 1
-		buf = p.appendUpdate(buf[:0], &u)
-	batch:
-		for n < maxBatchUpdates && len(buf) < maxBatchBytes {
-			select {
-			case u = <-p.ch:
-				buf = p.appendUpdate(buf, &u)
-				n++
-			default:
-				break batch
-			}
-		}
-		_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
-		if _, err := conn.Write(buf); err != nil {
-			p.n.lost.Add(int64(n))
-			p.log.Warn("lost the collector connection", "addr", p.addr.String(), "err", err, "lost_updates", n)
-			drop()
 			continue
 		}
-		p.n.sent.Add(int64(n))
+		u, ok := w.next()
+		if !ok {
+			return
+		}
+		if u != nil {
+			w.send(u)
+		}
+	}
+}
+
+func (w *writer) drop() {
+	_ = w.conn.Close()
+	w.conn = nil
+	w.p.connMu.Lock()
+	w.p.conn = nil
+	w.p.connMu.Unlock()
+}
+
+// connect dials and writes the stream's header and HELLO, or waits out a
+// backoff; false means the producer is done (closing, nobody to send to).
+func (w *writer) connect() bool {
+	p := w.p
+	// Connect eagerly, and send the clock anchor at once: the HELLO's
+	// timing is what a collector aligning clocks measures.
+	c, err := p.dial()
+	if err == nil {
+		w.conn = c
+		w.buf = p.appendHeader(w.buf[:0])
+		_ = c.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+		if _, err = c.Write(w.buf); err != nil {
+			w.drop()
+		}
+	}
+	if err == nil {
+		w.backoff = p.cfg.MinBackoff
+		w.ping.reset()
+		p.n.connects.Add(1)
+		p.log.Info("connected to collector", "addr", p.addr.String())
+		return true
+	}
+	if w.stopping || p.ctx.Err() != nil {
+		return false
+	}
+	p.log.Debug("collector unreachable", "addr", p.addr.String(), "err", err, "retry_in", w.backoff)
+	t := time.NewTimer(w.backoff)
+	select {
+	case <-t.C:
+	case <-p.stop:
+		w.stopping = true
+		t.Stop()
+	case <-p.ctx.Done():
+		t.Stop()
+	}
+	w.backoff = min(2*w.backoff, p.cfg.MaxBackoff)
+	return true
+}
+
+// next waits for the next update to send; a nil update with ok means there
+// is nothing to send now (a ping went out, or Close began); !ok ends the
+// writer.
+func (w *writer) next() (u *otelstats.Update, ok bool) {
+	p := w.p
+	var v otelstats.Update
+	if w.stopping {
+		select {
+		case v = <-p.ch:
+		default:
+			return nil, false // drained
+		}
+	} else {
+		select {
+		case v = <-p.ch:
+		case <-p.stop:
+			w.stopping = true
+			return nil, true
+		case <-p.ctx.Done():
+			return nil, false
+		case <-w.ping.C():
+			if !p.ping(w.conn) {
+				w.drop()
+			}
+			w.ping.reset()
+			return nil, true
+		}
+	}
+	if p.ctx.Err() != nil {
+		p.n.dropped.Add(1)
+		return nil, false
+	}
+	return &v, true
+}
+
+// send writes u and whatever else is buffered, up to a batch, in one write.
+func (w *writer) send(u *otelstats.Update) {
+	p := w.p
+	n := 1
+	w.buf = p.appendUpdate(w.buf[:0], u)
+batch:
+	for n < maxBatchUpdates && len(w.buf) < maxBatchBytes {
+		select {
+		case v := <-p.ch:
+			w.buf = p.appendUpdate(w.buf, &v)
+			n++
+		default:
+			break batch
+		}
+	}
+	_ = w.conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+	w.ping.reset()
+	if _, err := w.conn.Write(w.buf); err != nil {
+		p.n.lost.Add(int64(n))
+		p.log.Warn("lost the collector connection", "addr", p.addr.String(), "err", err, "lost_updates", n)
+		w.drop()
+		return
+	}
+	p.n.sent.Add(int64(n))
+}
+
+// ping writes a PING (an empty line in JSON); false means the connection
+// failed.
+func (p *Producer) ping(conn net.Conn) bool {
+	b := []byte{'\n'}
+	if !p.cfg.JSON {
+		b = AppendPing(nil)
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+	if _, err := conn.Write(b); err != nil {
+		p.log.Warn("lost the collector connection", "addr", p.addr.String(), "err", err)
+		return false
+	}
+	return true
+}
+
+// pingTimer fires after the connection was silent for its interval; a
+// negative interval never fires.
+type pingTimer struct {
+	d time.Duration
+	t *time.Timer
+}
+
+func newPingTimer(d time.Duration) *pingTimer {
+	pt := &pingTimer{d: d}
+	if d > 0 {
+		pt.t = time.NewTimer(d)
+	}
+	return pt
+}
+
+// C is nil (never ready) when pings are off.
+func (pt *pingTimer) C() <-chan time.Time {
+	if pt.t == nil {
+		return nil
+	}
+	return pt.t.C
+}
+
+func (pt *pingTimer) reset() {
+	if pt.t != nil {
+		pt.t.Reset(pt.d)
+	}
+}
+
+func (pt *pingTimer) stop() {
+	if pt.t != nil {
+		pt.t.Stop()
 	}
 }
 

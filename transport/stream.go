@@ -4,42 +4,69 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
 	"os"
-	"time"
 
 	"github.com/llmtrace/llmtrace/otelstats"
 )
+
+// ErrUnauthorized ends a stream that must present the collector's token
+// (Config.Token) and did not open with a HELLO carrying it.
+var ErrUnauthorized = errors.New("transport: stream did not open with a HELLO carrying the collector's token")
+
+// ErrTimeout ends a stream that delivered nothing for Config.IdleTimeout
+// (or an HTTP body that outlasted the server's read timeout).
+var ErrTimeout = errors.New("transport: no data within the timeout")
 
 // stream is the state of one stream being read.
 type stream struct {
 	c     *Collector
 	clock streamClock
 	st    StreamStats
+	// needAuth: the stream's first frame or line must be a HELLO carrying
+	// the collector's token; authed once it was.
+	needAuth, authed bool
+	// sides are the sides this stream is a producer of (SPEC §1 presence),
+	// with the tracker's release for each; http says the stream is one
+	// HTTP body, whose presence outlives it (httpPresence).
+	sides [3]func()
+	http  bool
 }
 
 // ServeStream reads one stream (a connection, stdin, an HTTP body) to its end
-// and returns what it carried. It is safe to call from many goroutines at
-// once, for different streams.
+// and returns what it carried. The stream is trusted: no token is asked
+// for (Serve and Handler ask for it where Config.Token says). It is safe to
+// call from many goroutines at once, for different streams.
 func (c *Collector) ServeStream(r io.Reader, name string) StreamStats {
+	return c.serveStream(r, name, false)
+}
+
+func (c *Collector) serveStream(r io.Reader, name string, needAuth bool) StreamStats {
+	return c.serve(&stream{c: c, needAuth: needAuth}, r, name)
+}
+
+func (c *Collector) serve(s *stream, r io.Reader, name string) StreamStats {
 	c.n.streams.Add(1)
 	c.n.active.Add(1)
 	c.inst.streams.Add(context.Background(), 1)
 	defer func() {
+		s.releaseSides()
 		c.n.active.Add(-1)
 		c.inst.streams.Add(context.Background(), -1)
 	}()
-	s := &stream{c: c}
 	s.st.Producer = name
-	size := max(c.cfg.MaxFrame+4, c.cfg.MaxLine+1, 4096)
-	br := bufio.NewReaderSize(r, size)
-	first, err := br.Peek(1)
-	if err != nil {
+	// Wait for the first byte before taking a read buffer: an idle or
+	// flooding connection then holds no more than its goroutine.
+	var first [1]byte
+	if n, err := io.ReadFull(r, first[:]); n == 0 {
 		s.setErr(err)
 		return s.st
 	}
+	br := c.getReader(io.MultiReader(bytes.NewReader(first[:]), r))
+	defer c.putReader(br)
 	switch b := first[0]; {
 	case b == Magic[0]:
 		s.st.Encoding = "binary"
@@ -54,11 +81,18 @@ func (c *Collector) ServeStream(r io.Reader, name string) StreamStats {
 }
 
 func (s *stream) setErr(err error) {
-	if err == nil || errors.Is(err, io.EOF) {
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return
 	}
-	if errors.Is(err, os.ErrDeadlineExceeded) && s.c.isShutdown() {
-		return // Close's drain ended the stream
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		if s.c.isShutdown() {
+			return // Close's drain ended the stream
+		}
+		if s.st.Err == nil {
+			s.count(&s.st.TimedOut, &s.c.n.timedOut, "timeout")
+			s.st.Err = ErrTimeout
+		}
+		return
 	}
 	s.st.Err = err
 }
@@ -70,6 +104,23 @@ func (s *stream) count(local *int64, total interface{ Add(int64) int64 }, metric
 	if metricErr != "" {
 		s.c.inst.errs.Add(context.Background(), 1, s.c.inst.errAttrs[metricErr])
 	}
+}
+
+// admit reports whether the stream may go on: false, and the stream counted
+// unauthorized, when it needs the token and the next item is not a HELLO
+// carrying it. hello is nil for an update.
+func (s *stream) admit(hello *Hello) bool {
+	if !s.needAuth || s.authed {
+		return true
+	}
+	tok := s.c.cfg.Token
+	if hello != nil && len(hello.Token) == len(tok) && subtle.ConstantTimeCompare([]byte(hello.Token), []byte(tok)) == 1 {
+		s.authed = true
+		return true
+	}
+	s.count(&s.st.Unauthorized, &s.c.n.unauthorized, "unauthorized")
+	s.st.Err = ErrUnauthorized
+	return false
 }
 
 func (s *stream) binary(br *bufio.Reader) {
@@ -86,24 +137,39 @@ func (s *stream) binary(br *bufio.Reader) {
 	}
 	_, _ = br.Discard(headerLen)
 	for {
+		f, ok := s.nextFrame(br)
+		if !ok {
+			return
+		}
+		if !s.frame(&f) {
+			return
+		}
+	}
+}
+
+// nextFrame reads the next frame; ok is false at the stream's end. A
+// malformed frame is counted and skipped.
+func (s *stream) nextFrame(br *bufio.Reader) (f Frame, ok bool) {
+	c := s.c
+	for {
 		lb, err := br.Peek(4)
 		if err != nil {
 			if len(lb) > 0 {
 				s.count(&s.st.Truncated, &c.n.truncated, "truncated")
 			}
 			s.setErr(err)
-			return
+			return f, false
 		}
 		l, err := FrameLen(lb, c.cfg.MaxFrame)
 		if err != nil {
 			s.count(&s.st.Oversized, &c.n.oversized, "oversized")
-			return
+			return f, false
 		}
 		fb, err := br.Peek(4 + l)
 		if err != nil {
 			s.count(&s.st.Truncated, &c.n.truncated, "truncated")
 			s.setErr(err)
-			return
+			return f, false
 		}
 		f, n, err := DecodeFrame(fb, c.cfg.MaxFrame)
 		if err != nil {
@@ -112,39 +178,134 @@ func (s *stream) binary(br *bufio.Reader) {
 			c.countRejection(otelstats.ReasonMalformed, nil)
 			c.log.Debug("malformed frame", "producer", s.st.Producer, "err", err)
 			_, _ = br.Discard(4 + l)
+			if s.needAuth && !s.authed {
+				return f, s.admit(nil)
+			}
 			continue
 		}
 		_, _ = br.Discard(n)
-		switch f.Type {
-		case FrameHello:
-			s.hello(f.Hello)
-		case FrameUpdate:
-			if f.Reject != nil {
-				s.reject(f.Reject, otelstats.ReasonMissingPayload)
-				continue
-			}
-			t, ok := s.clock.wall(f.Stamp)
-			if !ok {
-				s.noAnchor(&f.Update)
-				continue
-			}
-			f.Update.Time = t
-			s.push(&f.Update)
-		}
+		return f, true
 	}
 }
 
+// frame applies one decoded frame; false ends the stream.
+func (s *stream) frame(f *Frame) bool {
+	switch f.Type {
+	case FrameHello:
+		if !s.admit(&f.Hello) {
+			return false
+		}
+		s.hello(f.Hello)
+	case FrameUpdate:
+		if !s.admit(nil) {
+			return false
+		}
+		if f.Reject != nil {
+			s.reject(f.Reject, otelstats.ReasonMissingPayload)
+			return true
+		}
+		s.stamped(&f.Update, f.Stamp)
+	default:
+		// PING and the types of later versions carry nothing for us, but
+		// they are no way in without the token either.
+		return s.admit(nil)
+	}
+	return true
+}
+
+// stamped maps st onto wall time, sets it as u's time and queues u, or
+// rejects u when st cannot be mapped.
+func (s *stream) stamped(u *otelstats.Update, st Stamp) {
+	t, e := s.clock.wall(st)
+	switch e {
+	case clockNoAnchor:
+		s.count(&s.st.NoAnchor, &s.c.n.noAnchor, "no_anchor")
+		s.reject(&otelstats.RejectError{RequestID: u.RequestID, Kind: u.Kind, Side: u.Side,
+			Reason: otelstats.ReasonBadTimestamp, Detail: "a monotonic time before any HELLO"}, otelstats.ReasonBadTimestamp)
+	case clockOutOfRange:
+		s.reject(&otelstats.RejectError{RequestID: u.RequestID, Kind: u.Kind, Side: u.Side,
+			Reason: otelstats.ReasonBadTimestamp, Detail: "the time mapped through the stream's HELLO is outside 1970–2200"}, otelstats.ReasonBadTimestamp)
+	default:
+		u.Time = t
+		s.push(u)
+	}
+}
+
+// present makes the stream a producer of side (SPEC §1): while it is open,
+// the tracker counts the side as present, so a request the other side
+// finishes waits, within the grace, for this side's late updates. An HTTP
+// body's side stays present a while after it (httpPresence).
+func (s *stream) present(side otelstats.Side) {
+	if side != otelstats.SideFrontend && side != otelstats.SideEngine {
+		return
+	}
+	if s.http {
+		s.c.httpSides.saw(s.c.tr, side)
+	}
+	if s.sides[side] == nil {
+		s.sides[side] = s.c.tr.SideConnected(side)
+	}
+}
+
+// releaseSides ends the stream's presence once the tracker has applied
+// what the stream queued.
+func (s *stream) releaseSides() {
+	var held []func()
+	for _, release := range s.sides {
+		if release != nil {
+			held = append(held, release)
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	s.c.afterQueued(func() {
+		for _, release := range held {
+			release()
+		}
+	})
+}
+
+// updateSide is the side an update says it comes from: its own, else its
+// kind's. ARRIVED makes no stream a frontend: an engine that records its
+// requests' arrivals itself is not a frontend whose FINISHED to wait for.
+func updateSide(u *otelstats.Update) otelstats.Side {
+	switch {
+	case u.Kind == otelstats.KindArrived:
+		return otelstats.SideAuto
+	case u.Side != otelstats.SideAuto:
+		return u.Side
+	}
+	switch u.Kind {
+	case otelstats.KindInputProcessed, otelstats.KindDetokenized, otelstats.KindFinished:
+		return otelstats.SideFrontend // FINISHED without a side is the frontend's
+	}
+	return otelstats.SideEngine // the scheduler's kinds, KV transfers, encoder runs
+}
+
 func (s *stream) hello(h Hello) {
+	s.present(h.Side)
 	s.clock.hello(h, s.c.cfg.now().UnixNano(), s.c.cfg.AlignClocks)
 	if h.Producer != "" {
 		s.st.Producer = h.Producer
+	}
+	if s.st.Hellos == 0 && !s.http {
+		s.c.log.Info("producer connected", "producer", s.st.Producer, "side", sideName(h.Side), "encoding", s.st.Encoding)
 	}
 	s.st.Hellos++
 	s.c.n.hellos.Add(1)
 }
 
+func sideName(s otelstats.Side) string {
+	if s == otelstats.SideAuto {
+		return "unnamed"
+	}
+	return s.String()
+}
+
 func (s *stream) push(u *otelstats.Update) {
 	c := s.c
+	s.present(updateSide(u))
 	if c.enqueue(u) {
 		s.st.Updates++
 		c.n.updates.Add(1)
@@ -163,12 +324,6 @@ func (s *stream) reject(re *otelstats.RejectError, reason otelstats.Reason) {
 	s.c.rejectedHook(re)
 }
 
-func (s *stream) noAnchor(u *otelstats.Update) {
-	s.count(&s.st.NoAnchor, &s.c.n.noAnchor, "no_anchor")
-	s.reject(&otelstats.RejectError{RequestID: u.RequestID, Kind: u.Kind, Side: u.Side,
-		Reason: otelstats.ReasonBadTimestamp, Detail: "a monotonic time before any HELLO"}, otelstats.ReasonBadTimestamp)
-}
-
 func (s *stream) jsonLines(br *bufio.Reader) {
 	c := s.c
 	for {
@@ -176,6 +331,9 @@ func (s *stream) jsonLines(br *bufio.Reader) {
 		if errors.Is(err, bufio.ErrBufferFull) || len(line) > c.cfg.MaxLine {
 			s.count(&s.st.Oversized, &c.n.oversized, "oversized")
 			c.countRejection(otelstats.ReasonTooLong, nil)
+			if !s.admit(nil) {
+				return
+			}
 			for errors.Is(err, bufio.ErrBufferFull) {
 				_, err = br.ReadSlice('\n')
 			}
@@ -186,9 +344,10 @@ func (s *stream) jsonLines(br *bufio.Reader) {
 			continue
 		}
 		complete := err == nil
-		if t := bytes.TrimSpace(line); len(t) > 0 {
-			s.jsonLine(t, complete)
+		if t := bytes.TrimSpace(line); len(t) > 0 && !s.jsonLine(t, complete) {
+			return
 		}
+		// An empty line is the JSON encoding's PING.
 		if err != nil {
 			s.setErr(err)
 			return
@@ -196,7 +355,7 @@ func (s *stream) jsonLines(br *bufio.Reader) {
 	}
 }
 
-// helloLine and its fields are read only from lines that mention HELLO or
+// lineExtras are the fields read only from lines that mention HELLO or
 // mono_ts, so the common line is parsed once.
 type lineExtras struct {
 	Type     json.RawMessage `json:"type"`
@@ -204,6 +363,8 @@ type lineExtras struct {
 	MonoTS   *json.Number    `json:"mono_ts"`
 	WallTS   *json.Number    `json:"wall_ts"`
 	Producer *string         `json:"producer"`
+	Side     *string         `json:"side"`
+	Token    *string         `json:"token"`
 }
 
 var (
@@ -212,8 +373,8 @@ var (
 )
 
 // jsonLine handles one trimmed line; complete says it ended with a newline.
-func (s *stream) jsonLine(line []byte, complete bool) {
-	c := s.c
+// It returns false when the stream must end.
+func (s *stream) jsonLine(line []byte, complete bool) bool {
 	var x lineExtras
 	extras := bytes.Contains(line, monoKey) || containsFold(line, helloName)
 	if extras {
@@ -224,8 +385,10 @@ func (s *stream) jsonLine(line []byte, complete bool) {
 		}
 	}
 	if extras && isHello(x.Type) {
-		s.jsonHello(&x, complete)
-		return
+		return s.jsonHello(&x, complete)
+	}
+	if !s.admit(nil) {
+		return false
 	}
 	parse := line
 	monoOnly := extras && x.MonoTS != nil && len(x.TS) == 0
@@ -238,68 +401,81 @@ func (s *stream) jsonLine(line []byte, complete bool) {
 	}
 	u, err := ParseUpdate(parse)
 	if err != nil {
-		if !complete {
-			s.count(&s.st.Truncated, &c.n.truncated, "truncated")
-			return
-		}
-		var re *otelstats.RejectError
-		if errors.As(err, &re) && re.Reason == otelstats.ReasonMalformed {
-			s.count(&s.st.Malformed, &c.n.malformed, "malformed")
-		} else {
-			s.st.Rejected++
-			c.n.rejected.Add(1)
-		}
-		if re != nil {
-			_ = c.tr.Reject(re) // counted under its reason
-			c.rejectedHook(re)
-		}
-		return
+		s.jsonReject(err, complete)
+		return true
 	}
+	st := Stamp{Ns: u.Time.UnixNano()}
 	if monoOnly {
 		ns, ok := parseSeconds(x.MonoTS.String())
 		if !ok {
 			s.reject(&otelstats.RejectError{RequestID: u.RequestID, Kind: u.Kind, Side: u.Side,
 				Reason: otelstats.ReasonBadTimestamp, Detail: "mono_ts must be non-negative seconds"}, otelstats.ReasonBadTimestamp)
-			return
+			return true
 		}
-		t, ok := s.clock.wall(Stamp{Ns: ns, Mono: true})
-		if !ok {
-			s.noAnchor(&u)
-			return
-		}
-		u.Time = t
-	} else if s.clock.offset != 0 {
-		u.Time = u.Time.Add(time.Duration(s.clock.offset))
+		st = Stamp{Ns: ns, Mono: true}
 	}
-	s.push(&u)
+	s.stamped(&u, st)
+	return true
 }
 
-func (s *stream) jsonHello(x *lineExtras, complete bool) {
+// jsonReject counts a line ParseUpdate refused.
+func (s *stream) jsonReject(err error, complete bool) {
 	c := s.c
-	bad := func(detail string) {
+	if !complete {
+		s.count(&s.st.Truncated, &c.n.truncated, "truncated")
+		return
+	}
+	var re *otelstats.RejectError
+	if errors.As(err, &re) && re.Reason == otelstats.ReasonMalformed {
+		s.count(&s.st.Malformed, &c.n.malformed, "malformed")
+	} else {
+		s.st.Rejected++
+		c.n.rejected.Add(1)
+	}
+	if re != nil {
+		_ = c.tr.Reject(re) // counted under its reason
+		c.rejectedHook(re)
+	}
+}
+
+func (s *stream) jsonHello(x *lineExtras, complete bool) bool {
+	h, detail := parseJSONHello(x)
+	if detail != "" {
+		c := s.c
 		if !complete {
 			s.count(&s.st.Truncated, &c.n.truncated, "truncated")
-			return
+		} else {
+			s.count(&s.st.Malformed, &c.n.malformed, "malformed")
+			c.countRejection(otelstats.ReasonMalformed, nil)
+			c.log.Debug("bad HELLO", "producer", s.st.Producer, "detail", detail)
 		}
-		s.count(&s.st.Malformed, &c.n.malformed, "malformed")
-		c.countRejection(otelstats.ReasonMalformed, nil)
-		c.log.Debug("bad HELLO", "producer", s.st.Producer, "detail", detail)
+		return s.admit(nil)
 	}
-	var h Hello
+	if !s.admit(&h) {
+		return false
+	}
+	s.hello(h)
+	if x.MonoTS == nil {
+		// A wall-only HELLO names the producer (and aligns its clock) but
+		// anchors no monotonic clock.
+		s.clock.anchored = false
+	}
+	return true
+}
+
+// parseJSONHello reads a HELLO line's fields; detail says what is wrong.
+func parseJSONHello(x *lineExtras) (h Hello, detail string) {
 	if x.WallTS == nil {
-		bad("wall_ts is required")
-		return
+		return h, "wall_ts is required"
 	}
 	wall, ok := parseSeconds(x.WallTS.String())
 	if !ok || wall <= 0 {
-		bad("wall_ts must be Unix seconds")
-		return
+		return h, "wall_ts must be Unix seconds"
 	}
 	h.WallNs = wall
 	if x.MonoTS != nil {
 		if h.MonoNs, ok = parseSeconds(x.MonoTS.String()); !ok {
-			bad("mono_ts must be non-negative seconds")
-			return
+			return h, "mono_ts must be non-negative seconds"
 		}
 	}
 	if x.Producer != nil {
@@ -308,12 +484,18 @@ func (s *stream) jsonHello(x *lineExtras, complete bool) {
 			h.Producer = h.Producer[:MaxProducerName]
 		}
 	}
-	s.hello(h)
-	if x.MonoTS == nil {
-		// A wall-only HELLO names the producer (and aligns its clock) but
-		// anchors no monotonic clock.
-		s.clock.anchored = false
+	if x.Side != nil {
+		if h.Side, ok = otelstats.ParseSide(*x.Side); !ok {
+			return h, "side must be frontend or engine"
+		}
 	}
+	if x.Token != nil {
+		if len(*x.Token) > MaxTokenLen {
+			return h, "token is too long"
+		}
+		h.Token = *x.Token
+	}
+	return h, ""
 }
 
 func isHello(raw json.RawMessage) bool {

@@ -7,11 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -29,245 +28,341 @@ func init() {
 	}
 }
 
+// envToken names the variable collect reads the shared token from when
+// -token-file is not given.
+const envToken = "LLMTRACE_COLLECTOR_TOKEN"
+
+// Memory sizing of the tracker's in-flight cap. bytesPerInFlight is what
+// one request in flight may cost collect's resident memory: measured
+// through the built binary at 1,227 bytes (e2e/cli
+// TestCollectMemoryPerInFlight: 50,000 then 150,000 requests held open mid
+// decode, the RSS difference over the 100,000 more; that test fails when
+// the measurement exceeds this constant), plus a quarter again for heavier
+// requests (512-byte ids, sampling params, several decode segments). The
+// default cap is the budget over it: 349,525 requests.
+const (
+	bytesPerInFlight    = 1536
+	defaultMemoryBudget = 512 << 20
+)
+
+// collectConfig is what collect's flags ask for.
+type collectConfig struct {
+	server      transport.ServerConfig
+	tokenFile   string
+	prometheus  bool
+	grace, hold time.Duration
+	clockAhead  time.Duration
+	maxInFlight int
+	statsOut    string
+	spansOut    string
+	statsLog    time.Duration
+	verbose     bool
+}
+
 // listFlag is a repeatable string flag.
 type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
+// byteSize is a flag of bytes: 1048576, 512KiB, 64MiB, 2GiB (KB, MB, GB
+// are read as the same powers of two).
+type byteSize int64
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.m && n%u.m == 0 {
+			return strconv.FormatInt(n/u.m, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(strings.ToUpper(t), strings.ToUpper(u.suffix)) {
+			t, mult = strings.TrimSpace(t[:len(t)-len(u.suffix)]), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a positive size (like 512MiB)", s)
+	}
+	return n * mult, nil
+}
+
 // collect runs until ctx ends, or until stdin ends when stdin is its only
 // input.
 func collect(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	cfg, code, ok := parseCollect(args, stdin, stderr)
+	if !ok {
+		return code
+	}
+	return runCollect(ctx, cfg, stdout, stderr)
+}
+
+// parseCollect turns collect's flags into its config; a usage error is
+// reported and ok is false.
+func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collectConfig, code int, ok bool) {
 	fs := flag.NewFlagSet("collect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var listen listFlag
+	sc := &cfg.server
+	cc := &sc.Collector
+	budget := byteSize(defaultMemoryBudget)
+	maxBody := byteSize(transport.DefaultMaxBody)
 	fs.Var(&listen, "listen", "where producers connect: unix:PATH, tcp:127.0.0.1:PORT, or - for stdin (repeatable)")
-	httpAddr := fs.String("http", "", "serve POST /v1/updates (JSON lines or binary) and /healthz on this address")
-	prom := fs.Bool("prometheus", false, "also serve the metrics on -http at /metrics")
-	align := fs.Bool("align-clocks", false, "map every producer onto this process's wall clock at its HELLO (same-host producers with skewed clocks)")
-	allowRemote := fs.Bool("allow-remote", false, "allow TCP addresses that are not loopback (updates are unauthenticated)")
-	queue := fs.Int("queue", transport.DefaultQueueSize, "updates decoded but not yet recorded; beyond it updates are dropped and counted")
-	workers := fs.Int("workers", transport.DefaultWorkers, "goroutines recording into the tracker")
-	grace := fs.Duration("grace", otelstats.DefaultFrontendGrace, "how long a request one side finished waits for the other side's FINISHED")
-	hold := fs.Duration("hold", otelstats.DefaultHoldWindow, "how long an update may precede its request's ARRIVED")
-	statsOut := fs.String("stats-out", "", "write one RequestStats JSON object per finished request to FILE (- for stdout)")
-	spansOut := fs.String("spans-out", "", "write every span as a JSON line to FILE (- for stdout)")
-	statsLog := fs.Duration("stats-log", 10*time.Second, "interval of the vLLM-style stats line on stderr (0: off)")
-	verbose := fs.Bool("v", false, "log every rejected update")
+	fs.StringVar(&sc.HTTPAddr, "http", "", "serve POST /v1/updates (JSON lines or binary) and /healthz on this address (loopback unless -allow-remote)")
+	fs.BoolVar(&cfg.prometheus, "prometheus", false, "also serve the metrics on -http at /metrics")
+	fs.BoolVar(&cc.AlignClocks, "align-clocks", false, "map every producer onto this process's wall clock at its HELLO (same-host producers with skewed clocks)")
+	fs.BoolVar(&sc.AllowRemote, "allow-remote", false, "allow -listen tcp: and -http addresses that are not loopback (give a token too)")
+	fs.StringVar(&cfg.tokenFile, "token-file", "", "require this file's first line as the shared token from TCP and HTTP producers (default: $"+envToken+" when set)")
+	fs.IntVar(&cc.MaxConns, "max-conns", transport.DefaultMaxConns, "producer connections open at once (streams and HTTP); beyond it a connection is closed and counted as refused")
+	fs.DurationVar(&cc.IdleTimeout, "idle-timeout", transport.DefaultIdleTimeout, "close a producer connection that sends nothing for this long (negative: never)")
+	fs.Var(&maxBody, "max-body", "largest POST /v1/updates body (what precedes the limit is recorded; the rest answered 413)")
+	fs.IntVar(&cc.QueueSize, "queue", transport.DefaultQueueSize, "updates decoded but not yet recorded; beyond it updates are dropped and counted")
+	fs.IntVar(&cc.Workers, "workers", transport.DefaultWorkers, "goroutines recording into the tracker")
+	fs.Var(&budget, "memory-budget", "memory for requests in flight; sets the in-flight cap at this over "+strconv.Itoa(bytesPerInFlight)+" bytes a request")
+	fs.IntVar(&cfg.maxInFlight, "max-in-flight", 0, "requests in flight at most; at the cap an arrival evicts the oldest (default: from -memory-budget)")
+	fs.DurationVar(&cfg.grace, "grace", otelstats.DefaultFrontendGrace, "how long a request one side finished waits for the other side's FINISHED")
+	fs.DurationVar(&cfg.hold, "hold", otelstats.DefaultHoldWindow, "how long an update may precede its request's ARRIVED")
+	fs.DurationVar(&cfg.clockAhead, "max-clock-ahead", otelstats.DefaultMaxClockAhead, "reject (bad_timestamp) an update further ahead of this process's clock: a producer with a skewed clock")
+	fs.StringVar(&cfg.statsOut, "stats-out", "", "write one RequestStats JSON object per finished request to FILE (- for stdout)")
+	fs.StringVar(&cfg.spansOut, "spans-out", "", "write every span as a JSON line to FILE (- for stdout)")
+	fs.DurationVar(&cfg.statsLog, "stats-log", 10*time.Second, "interval of the vLLM-style stats line on stderr (0: off)")
+	fs.BoolVar(&cfg.verbose, "v", false, "log every rejected update")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: llmtrace collect -listen unix:PATH|tcp:127.0.0.1:PORT|- [-listen …] [-http ADDR] [flags]\n\n"+
 			"Reads lifecycle updates from engines in other processes — JSON lines (the update\n"+
-			"log, plus HELLO and mono_ts) or the binary encoding of internal/transport — and\n"+
-			"turns them into traces and metrics (OTLP when OTEL_* is set). Runs until\n"+
-			"interrupted, or until stdin ends when stdin is the only input. Times are\n"+
-			"live: requests idle for 10 minutes end as abandoned; for a recorded log use\n"+
-			"llmtrace replay.\n\nflags:")
+			"log, plus HELLO and mono_ts) or the binary encoding of transport (go doc\n"+
+			"github.com/llmtrace/llmtrace/transport) — and turns them into traces and\n"+
+			"metrics (OTLP when OTEL_* is set). Runs until interrupted, or until stdin ends\n"+
+			"when stdin is the only input. Times are live: requests idle for 10 minutes end\n"+
+			"as abandoned; for a recorded log use llmtrace replay.\n\n"+
+			"Exit status: 0 stopped cleanly, 1 could not start or serve, 2 usage error.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args, 2); !ok {
-		return code
+	if code, ok := parseFlags(fs, args, exitUsage); !ok {
+		return cfg, code, false
 	}
-	if len(listen) == 0 && *httpAddr == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	bad := func(format string, a ...any) (collectConfig, int, bool) {
+		return cfg, usageError(fs, format, a...), false
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
+	switch {
+	case fs.NArg() > 0:
+		return bad("unexpected argument %q (addresses go after -listen)", fs.Arg(0))
+	case len(listen) == 0 && sc.HTTPAddr == "":
+		return bad("no input: give -listen unix:PATH, -listen tcp:127.0.0.1:PORT, -listen - (stdin) or -http ADDR")
+	case cfg.prometheus && sc.HTTPAddr == "":
+		return bad("-prometheus serves /metrics on the -http server: give -http ADDR too")
+	case cc.MaxConns <= 0 || cc.QueueSize <= 0 || cc.Workers <= 0:
+		return bad("-max-conns, -queue and -workers must be positive")
+	case cfg.maxInFlight < 0:
+		return bad("-max-in-flight must be positive (0: from -memory-budget)")
+	case cfg.statsLog < 0:
+		return bad("-stats-log must be ≥ 0")
+	case cfg.clockAhead <= 0 || cfg.grace < 0 || cfg.hold < 0:
+		return bad("-max-clock-ahead must be positive, -grace and -hold ≥ 0")
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "llmtrace collect: "+format+"\n", a...)
-		return 1
-	}
-
-	var addrs []transport.Addr
-	useStdin := false
 	for _, l := range listen {
 		if l == "-" || l == "stdin" {
-			useStdin = true
+			sc.Stdin = stdin
 			continue
 		}
 		a, err := transport.ParseAddr(l)
 		if err != nil {
-			return fail("%v", err)
+			return bad("-listen %q: want unix:PATH, tcp:HOST:PORT or -", l)
 		}
-		addrs = append(addrs, a)
+		sc.Listen = append(sc.Listen, a)
 	}
+	cc.MaxBody = int64(maxBody)
+	if cfg.maxInFlight == 0 {
+		cfg.maxInFlight = max(int(int64(budget)/bytesPerInFlight), 1)
+	}
+	return cfg, 0, true
+}
 
-	// Listen first: a taken address fails before anything is set up.
-	var listeners []net.Listener
-	var httpL net.Listener
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-		if httpL != nil {
-			_ = httpL.Close()
-		}
-	}()
-	for _, a := range addrs {
-		l, err := transport.Listen(a, *allowRemote)
+// loadToken returns the shared token: -token-file's first line, else the
+// environment's.
+func loadToken(file string, getenv func(string) string) (tok, from string, err error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
 		if err != nil {
-			return fail("%v", err)
+			return "", "", fmt.Errorf("-token-file: %w", err)
 		}
-		logger.Info("listening", "addr", a.Network+":"+l.Addr().String())
-		listeners = append(listeners, l)
-	}
-	if *httpAddr != "" {
-		l, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
-			return fail("%v", err)
+		line, _, _ := strings.Cut(string(b), "\n")
+		tok = strings.TrimSpace(line)
+		if tok == "" {
+			return "", "", fmt.Errorf("-token-file %s: the first line is empty", file)
 		}
-		logger.Info("serving HTTP", "addr", l.Addr().String())
-		httpL = l
+		from = file
+	} else if tok = strings.TrimSpace(getenv(envToken)); tok != "" {
+		from = "$" + envToken
 	}
+	if len(tok) > transport.MaxTokenLen {
+		return "", "", fmt.Errorf("the token from %s is longer than %d bytes", from, transport.MaxTokenLen)
+	}
+	return tok, from, nil
+}
 
-	var closers []func() error
-	defer func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			_ = closers[i]()
-		}
-	}()
-	openOut := func(name string) (io.Writer, error) {
-		if name == "-" {
-			return stdout, nil
-		}
-		f, err := os.Create(name)
-		if err != nil {
-			return nil, err
-		}
-		return f, nil
+// collectRun is what runCollect sets up around the server, to take down in
+// order.
+type collectRun struct {
+	log      *slog.Logger
+	stderr   io.Writer
+	prov     *otelconf.Providers
+	spanDump *spanlog.Processor
+	sink     *statsSink
+	tr       *otelstats.Tracker
+}
+
+func (r *collectRun) fail(format string, a ...any) int {
+	fmt.Fprintf(r.stderr, "llmtrace collect: "+format+"\n", a...)
+	return 1
+}
+
+// runCollect serves cfg until ctx ends and returns the exit status.
+func runCollect(ctx context.Context, cfg collectConfig, stdout, stderr io.Writer) int {
+	level := slog.LevelInfo
+	if cfg.verbose {
+		level = slog.LevelDebug
 	}
-	cfg := otelconf.Config{ServiceName: "llmtrace-collect", Prometheus: *prom}
-	var spanDump *spanlog.Processor
-	if *spansOut != "" {
-		w, err := openOut(*spansOut)
-		if err != nil {
-			return fail("%v", err)
-		}
-		spanDump = spanlog.New(w, w != stdout)
-		cfg.SpanProcessors = []sdktrace.SpanProcessor{spanDump}
-		closers = append(closers, func() error { return spanDump.Shutdown(context.Background()) })
-	}
-	prov, err := otelconf.Setup(ctx, cfg)
+	r := &collectRun{log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})), stderr: stderr}
+	tok, from, err := loadToken(cfg.tokenFile, os.Getenv)
 	if err != nil {
-		return fail("telemetry setup: %v", err)
+		return r.fail("%v", err)
 	}
-
-	var sink *statsSink
-	if *statsOut != "" {
-		if sink, err = openStatsSink(*statsOut, stdout, false); err != nil {
-			_ = prov.Shutdown(context.Background())
-			return fail("%v", err)
-		}
+	cfg.server.Collector.Token = tok
+	if tok != "" {
+		r.log.Info("producers over TCP and HTTP must present the token", "from", from)
+	} else if cfg.server.AllowRemote {
+		r.log.Warn("-allow-remote without a token: any host that reaches the collector can send it updates", "hint", "-token-file FILE or $"+envToken)
 	}
-	opts := append(prov.TrackerOptions(),
-		otelstats.WithFrontendGrace(*grace),
-		otelstats.WithHoldWindow(*hold),
-		otelstats.WithAutoSweep(100*time.Millisecond),
-		otelstats.WithOnReject(func(e *otelstats.RejectError) { logger.Debug("update rejected", "err", e) }),
-	)
-	if *statsLog > 0 {
-		opts = append(opts, otelstats.WithStatsLog(logger, *statsLog))
+	if err := r.setup(ctx, &cfg, stdout); err != nil {
+		r.teardown()
+		return r.fail("%v", err)
 	}
-	if sink != nil {
-		opts = append(opts, otelstats.WithOnFinish(sink.write))
+	sc := cfg.server
+	sc.Collector.Tracker = r.tr
+	sc.Collector.Logger = r.log
+	sc.Collector.MeterProvider = r.prov.MeterProvider
+	if r.prov.MetricsHandler != nil {
+		sc.Handlers = map[string]http.Handler{"/metrics": r.prov.MetricsHandler}
 	}
-	tr, err := otelstats.NewTracker(opts...)
+	srv, err := transport.NewServer(sc)
 	if err != nil {
-		_ = prov.Shutdown(context.Background())
-		return fail("%v", err)
-	}
-	col, err := transport.NewCollector(transport.Config{
-		Tracker: tr, QueueSize: *queue, Workers: *workers, AlignClocks: *align,
-		Logger: logger, MeterProvider: prov.MeterProvider,
-	})
-	if err != nil {
-		_ = tr.Shutdown(context.Background())
-		_ = prov.Shutdown(context.Background())
-		return fail("%v", err)
-	}
-
-	errc := make(chan error, len(listeners)+1)
-	var serving sync.WaitGroup
-	for _, l := range listeners {
-		serving.Add(1)
-		go func() {
-			defer serving.Done()
-			if err := col.Serve(l); err != nil {
-				errc <- err
-			}
-		}()
-	}
-	listeners = nil // the collector closes them now
-	var srv *http.Server
-	if httpL != nil {
-		mux := http.NewServeMux()
-		mux.Handle("/", col.Handler())
-		if prov.MetricsHandler != nil {
-			mux.Handle("/metrics", prov.MetricsHandler)
+		r.teardown()
+		if errors.Is(err, transport.ErrNotLoopback) {
+			return r.fail("%v\n(listen on 127.0.0.1 or [::1]; for other hosts add -allow-remote and -token-file)", err)
 		}
-		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		serving.Add(1)
-		go func() {
-			defer serving.Done()
-			if err := srv.Serve(httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
-		httpL = nil
+		return r.fail("%v", err)
 	}
-	stdinDone := make(chan struct{})
-	if useStdin {
-		go func() {
-			defer close(stdinDone)
-			st := col.ServeStream(stdin, "stdin")
-			logger.Info("stdin ended", "updates", st.Updates, "dropped", st.Dropped, "malformed", st.Malformed,
-				"truncated", st.Truncated, "rejected", st.Rejected)
-		}()
-	}
-	onlyStdin := useStdin && len(addrs) == 0 && srv == nil
 	status := 0
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		logger.Error("serving failed", "err", err)
+	if err := srv.Run(ctx); err != nil {
+		r.log.Error("collector", "err", err)
 		status = 1
-	case <-waitIf(onlyStdin, stdinDone):
 	}
-
-	// Drain: stop listening, record what was queued, end what is in flight.
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if srv != nil {
-		_ = srv.Shutdown(sctx)
+	if err := r.teardown(); err != nil {
+		status = r.fail("%v", err)
 	}
-	if err := col.Close(sctx); err != nil {
-		logger.Warn("queue not drained", "err", err)
-	}
-	serving.Wait()
-	tr.Flush()
-	_ = tr.Shutdown(sctx)
-	if err := prov.Shutdown(sctx); err != nil {
-		logger.Warn("export", "err", err)
-	}
-	if sink != nil {
-		if err := sink.close(); err != nil {
-			status = fail("%v", err)
-		}
-	}
-	st := col.Stats()
-	logger.Info("collector stopped", "streams", st.Streams, "updates", st.Updates, "recorded", st.Recorded,
+	st := srv.Collector().Stats()
+	r.log.Info("collector stopped", "streams", st.Streams, "updates", st.Updates, "recorded", st.Recorded,
 		"rejected", st.Rejected, "dropped", st.Dropped, "malformed", st.Malformed, "truncated", st.Truncated,
-		"oversized", st.Oversized, "garbage", st.Garbage, "no_anchor", st.NoAnchor)
+		"oversized", st.Oversized, "garbage", st.Garbage, "no_anchor", st.NoAnchor, "refused", st.Refused,
+		"unauthorized", st.Unauthorized, "timed_out", st.TimedOut, "accept_errors", st.AcceptErrors)
 	return status
 }
 
-// waitIf returns c when on, else a channel that never fires.
-func waitIf(on bool, c chan struct{}) <-chan struct{} {
-	if on {
-		return c
+// setup opens the outputs, the providers and the tracker.
+func (r *collectRun) setup(ctx context.Context, cfg *collectConfig, stdout io.Writer) error {
+	oc := otelconf.Config{ServiceName: "llmtrace-collect", Prometheus: cfg.prometheus}
+	if cfg.spansOut != "" {
+		var w io.Writer = stdout
+		if cfg.spansOut != "-" {
+			f, err := os.Create(cfg.spansOut)
+			if err != nil {
+				return err
+			}
+			w = f
+		}
+		r.spanDump = spanlog.New(w, w != stdout)
+		oc.SpanProcessors = []sdktrace.SpanProcessor{r.spanDump}
 	}
-	return nil
+	var err error
+	if r.prov, err = otelconf.Setup(ctx, oc); err != nil {
+		return fmt.Errorf("telemetry setup: %w", err)
+	}
+	if cfg.statsOut != "" {
+		if r.sink, err = openStatsSink(cfg.statsOut, stdout, false); err != nil {
+			return err
+		}
+	}
+	opts := append(r.prov.TrackerOptions(),
+		otelstats.WithFrontendGrace(cfg.grace),
+		otelstats.WithHoldWindow(cfg.hold),
+		otelstats.WithMaxInFlight(cfg.maxInFlight),
+		// Live: waits, holds and TTLs run on the tracker's own clock, never
+		// on times taken from input (replay, without it, keeps the log's).
+		otelstats.WithAutoSweep(100*time.Millisecond),
+		otelstats.WithMaxClockAhead(cfg.clockAhead),
+		otelstats.WithOnReject(func(e *otelstats.RejectError) { r.log.Debug("update rejected", "err", e) }),
+	)
+	if cfg.statsLog > 0 {
+		opts = append(opts, otelstats.WithStatsLog(r.log, cfg.statsLog))
+	}
+	if r.sink != nil {
+		opts = append(opts, otelstats.WithOnFinish(r.sink.write))
+	}
+	r.tr, err = otelstats.NewTracker(opts...)
+	return err
+}
+
+// teardown ends what setup opened, in order: the tracker (what is in
+// flight ends as unfinished), the providers (export), the outputs.
+func (r *collectRun) teardown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var errs []error
+	if r.tr != nil {
+		r.tr.Flush()
+		_ = r.tr.Shutdown(ctx)
+	}
+	if r.prov != nil {
+		if err := r.prov.Shutdown(ctx); err != nil {
+			r.log.Warn("export", "err", err)
+		}
+		if sum := r.prov.Summary(); sum != "" {
+			r.log.Info("export summary: " + sum)
+		}
+	}
+	if r.spanDump != nil {
+		if err := r.spanDump.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("-spans-out: %w", err))
+		}
+	}
+	if r.sink != nil {
+		if err := r.sink.close(); err != nil {
+			errs = append(errs, fmt.Errorf("-stats-out: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }

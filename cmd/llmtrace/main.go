@@ -4,7 +4,9 @@
 // measure span export throughput under load.
 //
 // Every subcommand reads the standard OTEL_* environment variables for
-// export (see otelconf); without them nothing is exported.
+// export (see otelconf); without them nothing is exported. A usage error
+// (a bad flag or argument) exits with status 2 after one line saying what
+// is wrong.
 package main
 
 import (
@@ -35,17 +37,40 @@ func untilSignal(run func(ctx context.Context, args []string, stdin io.Reader, s
 	}
 }
 
+// exitUsage is the exit status of every usage error (a bad flag, a missing
+// or unexpected argument), as the flag package's own.
+const exitUsage = 2
+
 // parseFlags parses a subcommand's arguments. When it returns false the
-// subcommand ends with code: 0 for -h, bad otherwise (the flag package has
-// already said why).
+// subcommand ends with code: 0 for -h (after the full usage), bad
+// otherwise, after one line that says what is wrong (usageError).
 func parseFlags(fs *flag.FlagSet, args []string, bad int) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, false
-		}
-		return bad, false
+	out, usage := fs.Output(), fs.Usage
+	// The flag package prints the error and then the whole usage, which
+	// buries the error under it; print the error alone instead.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if err == nil {
+		return 0, true
 	}
-	return 0, true
+	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
+		return 0, false
+	}
+	usageError(fs, "%v", err)
+	return bad, false
+}
+
+// usageError says what is wrong with a subcommand's arguments, and where
+// the usage is, on the flag set's output; it returns exitUsage.
+func usageError(fs *flag.FlagSet, format string, a ...any) int {
+	w := fs.Output()
+	fmt.Fprintf(w, "llmtrace %s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
+	fmt.Fprintf(w, "Run 'llmtrace %s -h' for usage.\n", fs.Name())
+	return exitUsage
 }
 
 // commands is filled by each subcommand's file in an init function.
@@ -57,17 +82,19 @@ func main() {
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
 		if len(args) == 0 {
-			return 2
+			fmt.Fprintln(stderr, "llmtrace: no command given")
+			usage(stderr)
+			return exitUsage
 		}
+		usage(stderr)
 		return 0
 	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "llmtrace: unknown command %q\n", args[0])
 		usage(stderr)
-		return 2
+		return exitUsage
 	}
 	return c.run(args[1:], stdin, stdout, stderr)
 }

@@ -221,6 +221,9 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	if serr := prov.Shutdown(fctx); serr != nil {
 		logger.Warn("export", "err", serr)
 	}
+	if sum := prov.Summary(); sum != "" {
+		logger.Info("export summary: " + sum)
+	}
 	if sink != nil {
 		_ = sink.close()
 	}

@@ -25,129 +25,173 @@ func init() {
 // maxLine bounds one update-log line; longer lines are rejected.
 const maxLine = 1 << 20
 
+// Replay's exit statuses besides 0 and exitUsage.
+const (
+	exitUnreadable = 1 // the input could not be read
+	exitRejected   = 3 // some lines were rejected
+)
+
+// replayConfig is what replay's flags ask for.
+type replayConfig struct {
+	input       string // a file, or "-" for stdin
+	grace, hold time.Duration
+	quiet       bool
+}
+
 func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	grace := fs.Duration("grace", otelstats.DefaultFrontendGrace, "how long a request one side finished waits for the other side's FINISHED (log time)")
-	hold := fs.Duration("hold", otelstats.DefaultHoldWindow, "how long an update may precede its request's ARRIVED (log time)")
-	quiet := fs.Bool("q", false, "no summary table on stderr")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: llmtrace replay [flags] FILE|-\n\nReads the update log (one JSON update per line) and writes one RequestStats\nJSON object per finished request to stdout, a summary to stderr.\nExit status: 0 ok, 2 some lines were rejected, 1 the input could not be read.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if code, ok := parseFlags(fs, args, 1); !ok {
+	cfg, code, ok := parseReplay(args, stderr)
+	if !ok {
 		return code
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 1
+	return runReplay(cfg, stdin, stdout, stderr)
+}
+
+func parseReplay(args []string, stderr io.Writer) (cfg replayConfig, code int, ok bool) {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&cfg.grace, "grace", otelstats.DefaultFrontendGrace, "how long a request one side finished waits for the other side's FINISHED (log time)")
+	fs.DurationVar(&cfg.hold, "hold", otelstats.DefaultHoldWindow, "how long an update may precede its request's ARRIVED (log time)")
+	fs.BoolVar(&cfg.quiet, "q", false, "no summary table on stderr")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: llmtrace replay [flags] FILE|-\n\nReads the update log (one JSON update per line) and writes one RequestStats\n"+
+			"JSON object per finished request to stdout, a summary to stderr. Times are\n"+
+			"the log's own: waits and the hold window run on the logged times.\n"+
+			"Exit status: 0 ok, 1 the input could not be read (or telemetry not set up),\n2 usage error, 3 some lines were rejected.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args, exitUsage); !ok {
+		return cfg, code, false
+	}
+	switch {
+	case fs.NArg() == 0:
+		return cfg, usageError(fs, "no input: give the update log's FILE, or - for stdin"), false
+	case fs.NArg() > 1:
+		return cfg, usageError(fs, "one input at a time (got %d: %q)", fs.NArg(), fs.Args()), false
+	case cfg.grace < 0 || cfg.hold < 0:
+		return cfg, usageError(fs, "-grace and -hold must be ≥ 0"), false
+	}
+	cfg.input = fs.Arg(0)
+	return cfg, 0, true
+}
+
+// replayRun is one replay's outputs and counts.
+type replayRun struct {
+	stderr   io.Writer
+	out      *bufio.Writer
+	sum      summary.Collector
+	buf      []byte
+	rejected int
+}
+
+func (r *replayRun) finished(s *otelstats.RequestStats) {
+	if s.FinishReason == otelstats.FinishUnfinished {
+		return // no FINISHED in the log: not a finished request
+	}
+	r.sum.Add(s)
+	r.buf = append(s.AppendJSON(r.buf[:0]), '\n')
+	_, _ = r.out.Write(r.buf)
+}
+
+func (r *replayRun) reject(format string, a ...any) {
+	r.rejected++
+	fmt.Fprintf(r.stderr, format+"\n", a...)
+}
+
+func runReplay(cfg replayConfig, stdin io.Reader, stdout, stderr io.Writer) int {
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "llmtrace replay: "+format+"\n", a...)
+		return code
 	}
 	in := stdin
-	if name := fs.Arg(0); name != "-" {
-		f, err := os.Open(name)
+	if cfg.input != "-" {
+		f, err := os.Open(cfg.input)
 		if err != nil {
-			fmt.Fprintf(stderr, "llmtrace replay: %v\n", err)
-			return 1
+			return fail(exitUnreadable, "%v", err)
 		}
 		defer f.Close()
 		in = f
 	}
-
 	ctx := context.Background()
-	agg := otelstats.NewAggregator()
-	prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-replay", Aggregator: agg})
+	prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-replay", Aggregator: otelstats.NewAggregator()})
 	if err != nil {
-		fmt.Fprintf(stderr, "llmtrace replay: telemetry setup: %v\n", err)
-		return 1
+		return fail(1, "telemetry setup: %v", err)
 	}
-	out := bufio.NewWriter(stdout)
-	var sum summary.Collector
-	rejected := 0
-	var buf []byte
+	r := &replayRun{stderr: stderr, out: bufio.NewWriter(stdout)}
+	// No WithAutoSweep: the tracker expires on the log's own times.
 	tr, err := otelstats.NewTracker(append(prov.TrackerOptions(),
 		otelstats.WithTokenLatencies(true),
-		otelstats.WithFrontendGrace(*grace),
-		otelstats.WithHoldWindow(*hold),
+		otelstats.WithFrontendGrace(cfg.grace),
+		otelstats.WithHoldWindow(cfg.hold),
 		otelstats.WithRequestTTL(0), // a log's gaps are not abandonment
-		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
-			if s.FinishReason == otelstats.FinishUnfinished {
-				return // no FINISHED in the log: not a finished request
-			}
-			sum.Add(s)
-			buf = s.AppendJSON(buf[:0])
-			buf = append(buf, '\n')
-			_, _ = out.Write(buf)
-		}),
-		otelstats.WithOnReject(func(e *otelstats.RejectError) {
-			rejected++
-			fmt.Fprintf(stderr, "%v\n", e)
-		}),
+		otelstats.WithOnFinish(r.finished),
+		otelstats.WithOnReject(func(e *otelstats.RejectError) { r.reject("%v", e) }),
 	)...)
 	if err != nil {
-		fmt.Fprintf(stderr, "llmtrace replay: %v\n", err)
-		return 1
+		return fail(1, "%v", err)
 	}
-
-	r := bufio.NewReaderSize(in, 64<<10)
-	lineNo := 0
-	readErr := error(nil)
-	for {
-		line, tooLong, err := readLine(r, maxLine)
-		if err != nil && len(line) == 0 && !tooLong {
-			if err != io.EOF {
-				readErr = err
-			}
-			break
-		}
-		lineNo++
-		switch {
-		case tooLong:
-			rejected++
-			fmt.Fprintf(stderr, "line %d: rejected: line longer than %d bytes\n", lineNo, maxLine)
-		case len(trimSpace(line)) == 0:
-		default:
-			if rerr := transport.RecordLine(tr, line); rerr != nil {
-				rejected++
-				fmt.Fprintf(stderr, "line %d: %v\n", lineNo, rerr)
-			}
-		}
-		if err != nil {
-			if err != io.EOF {
-				readErr = err
-			}
-			break
-		}
-	}
+	readErr := r.read(tr, in)
 	// The log's end ends every wait for a side's FINISHED.
 	tr.Flush()
 	unfinished := tr.InFlight()
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_ = tr.Shutdown(sctx)
-	if err := out.Flush(); err != nil {
-		fmt.Fprintf(stderr, "llmtrace replay: %v\n", err)
-		return 1
+	if err := r.out.Flush(); err != nil {
+		return fail(1, "%v", err)
 	}
 	if err := prov.Shutdown(sctx); err != nil {
 		fmt.Fprintf(stderr, "llmtrace replay: export: %v\n", err)
 	}
-	if !*quiet {
-		sum.WriteTable(stderr)
+	if sum := prov.Summary(); sum != "" {
+		fmt.Fprintf(stderr, "llmtrace replay: %s\n", sum)
+	}
+	if !cfg.quiet {
+		r.sum.WriteTable(stderr)
 		if unfinished > 0 {
 			fmt.Fprintf(stderr, "%d request(s) had no FINISHED by the end of the log (exported as %q, not printed)\n", unfinished, otelstats.FinishUnfinished)
 		}
-		if rejected > 0 {
-			fmt.Fprintf(stderr, "%d update(s) rejected\n", rejected)
+		if r.rejected > 0 {
+			fmt.Fprintf(stderr, "%d update(s) rejected\n", r.rejected)
 		}
 	}
-	if readErr != nil {
-		fmt.Fprintf(stderr, "llmtrace replay: reading input: %v\n", readErr)
-		return 1
-	}
-	if rejected > 0 {
-		return 2
+	switch {
+	case readErr != nil:
+		return fail(exitUnreadable, "reading input: %v", readErr)
+	case r.rejected > 0:
+		return exitRejected
 	}
 	return 0
+}
+
+// read records every line of in; it returns the read error, if any but
+// EOF.
+func (r *replayRun) read(tr *otelstats.Tracker, in io.Reader) error {
+	br := bufio.NewReaderSize(in, 64<<10)
+	for lineNo := 1; ; lineNo++ {
+		line, tooLong, err := readLine(br, maxLine)
+		if err != nil && len(line) == 0 && !tooLong {
+			return ignoreEOF(err)
+		}
+		switch {
+		case tooLong:
+			r.reject("line %d: rejected: line longer than %d bytes", lineNo, maxLine)
+		case len(trimSpace(line)) == 0:
+		default:
+			if rerr := transport.RecordLine(tr, line); rerr != nil {
+				r.reject("line %d: %v", lineNo, rerr)
+			}
+		}
+		if err != nil {
+			return ignoreEOF(err)
+		}
+	}
+}
+
+func ignoreEOF(err error) error {
+	if err == io.EOF {
+		return nil
+	}
+	return err
 }
 
 // readLine reads one line without its newline. A line longer than limit is

@@ -1,37 +1,38 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"os"
 	"sync"
 
+	"github.com/llmtrace/llmtrace/internal/lineout"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
 // statsSink writes one RequestStats JSON object per line (-stats-out), for
-// the goroutines that finish requests.
+// the goroutines that finish requests. Lines reach the file within a
+// second (lineout), so a long-running server's output can be tailed.
 type statsSink struct {
-	mu        sync.Mutex
-	w         *bufio.Writer
-	f         *os.File // nil when writing to stdout
-	buf       []byte
-	flushEach bool // a long-running server's readers tail the file
+	mu  sync.Mutex
+	w   *lineout.Writer
+	buf []byte
 }
 
-// openStatsSink writes to the file name, or to stdout for "-".
+// openStatsSink writes to the file name, or to stdout for "-"; lines are
+// flushed one by one with flushEach, else within a second.
 func openStatsSink(name string, stdout io.Writer, flushEach bool) (*statsSink, error) {
-	s := &statsSink{flushEach: flushEach}
-	w := stdout
-	if name != "-" {
-		f, err := os.Create(name)
-		if err != nil {
-			return nil, err
-		}
-		s.f, w = f, f
+	delay := lineout.FlushDelay
+	if flushEach {
+		delay = -1
 	}
-	s.w = bufio.NewWriter(w)
-	return s, nil
+	if name == "-" {
+		return &statsSink{w: lineout.New(stdout, false, delay)}, nil
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return &statsSink{w: lineout.New(f, true, delay)}, nil
 }
 
 func (s *statsSink) write(st *otelstats.RequestStats) {
@@ -39,20 +40,7 @@ func (s *statsSink) write(st *otelstats.RequestStats) {
 	defer s.mu.Unlock()
 	s.buf = append(st.AppendJSON(s.buf[:0]), '\n')
 	_, _ = s.w.Write(s.buf)
-	if s.flushEach {
-		_ = s.w.Flush()
-	}
 }
 
 // close flushes and closes the file (stdout stays open).
-func (s *statsSink) close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.w.Flush()
-	if s.f != nil {
-		if cerr := s.f.Close(); err == nil {
-			err = cerr
-		}
-	}
-	return err
-}
+func (s *statsSink) close() error { return s.w.Close() }

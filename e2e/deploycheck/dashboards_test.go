@@ -34,7 +34,7 @@ const (
 
 var demoArgs = []string{
 	"-workload", "synthetic", "-requests", "240", "-synthetic-rate", "12", "-seed", "7",
-	"-realtime", "-abort-rate", "0.15", "-max-model-len", "3000", "-kv-blocks", "1024",
+	"-realtime", "-abort-rate", "0.15", "-max-model-len", "3000", "-kv-blocks", "1024", "-spec-decode",
 	"-linger", "10m", "-quiet",
 }
 

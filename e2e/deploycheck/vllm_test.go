@@ -38,6 +38,10 @@ var (
 func vllmMetrics() []vllmMetric {
 	return []vllmMetric{
 		{"vllm:num_requests_running", "gauge", attributes.MetricRequestsRunning, nil, false},
+		{"vllm:spec_decode_num_drafts", "counter", attributes.MetricSpecSteps, nil, false},
+		{"vllm:spec_decode_num_draft_tokens", "counter", attributes.MetricSpecDraftTokens, nil, false},
+		{"vllm:spec_decode_num_accepted_tokens", "counter", attributes.MetricSpecAcceptedTokens, nil, false},
+		{"vllm:spec_decode_num_accepted_tokens_per_pos", "counter", attributes.MetricSpecAcceptedPerPosition, nil, false},
 		{"vllm:num_requests_waiting", "gauge", attributes.MetricRequestsWaiting, nil, false},
 		{"vllm:kv_cache_usage_perc", "gauge", attributes.MetricKVCacheUsage, nil, false},
 		{"vllm:gpu_cache_usage_perc", "gauge", attributes.MetricKVCacheUsage, nil, false}, // before 0.10

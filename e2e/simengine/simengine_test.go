@@ -39,6 +39,18 @@ func e2eOptions(n int) demo.Options {
 	return o
 }
 
+// allFeatures turns on every serving feature of SPEC §7–9: P/D with
+// failing transfers, speculative decoding, three adapters, images, and
+// clients that disconnect.
+func allFeatures(o *demo.Options) {
+	o.PD = true
+	o.Engine.PD.FailureRate = 0.1
+	o.SpecDecode = true
+	o.Adapters = "sql-lora=0.3,chat-lora=0.2,code-lora=0.1"
+	o.Multimodal = 0.3
+	o.Engine.AbortRate = 0.05
+}
+
 // exportedSpans records, per trace, the ids of the spans the SDK ended (and
 // so handed to the exporter).
 type exportedSpans struct {
@@ -179,21 +191,32 @@ func checkTrace(tr *testbackend.Trace, s *otelstats.RequestStats, model string) 
 	if !ok {
 		return 0, fmt.Errorf("no root span")
 	}
+	if err := checkRoot(root, s, model); err != nil {
+		return 0, err
+	}
+	if err := checkChildren(tr, root); err != nil {
+		return 0, err
+	}
+	return checkRuns(tr, root, s)
+}
+
+// checkRoot checks the root span's name, kind, ids, bounds and attributes.
+func checkRoot(root testbackend.Span, s *otelstats.RequestStats, model string) error {
 	// Root: name, kind, ids, time bounds.
 	if want := "chat " + model; root.Name != want {
-		return 0, fmt.Errorf("root named %q, want %q", root.Name, want)
+		return fmt.Errorf("root named %q, want %q", root.Name, want)
 	}
 	if root.Kind != testbackend.SpanKindServer {
-		return 0, fmt.Errorf("root kind %d, want SERVER (%d)", root.Kind, testbackend.SpanKindServer)
+		return fmt.Errorf("root kind %d, want SERVER (%d)", root.Kind, testbackend.SpanKindServer)
 	}
 	if root.SpanID != s.SpanID {
-		return 0, fmt.Errorf("root span id %s, the request's %s", root.SpanID, s.SpanID)
+		return fmt.Errorf("root span id %s, the request's %s", root.SpanID, s.SpanID)
 	}
 	if int64(root.StartUnixNano) != s.ArrivalTime.UnixNano() || int64(root.EndUnixNano) != s.FinishedTime.UnixNano() {
-		return 0, fmt.Errorf("root %d–%d, request %d–%d", root.StartUnixNano, root.EndUnixNano, s.ArrivalTime.UnixNano(), s.FinishedTime.UnixNano())
+		return fmt.Errorf("root %d–%d, request %d–%d", root.StartUnixNano, root.EndUnixNano, s.ArrivalTime.UnixNano(), s.FinishedTime.UnixNano())
 	}
 	if root.Status.Code != testbackend.StatusUnset {
-		return 0, fmt.Errorf("root status %+v on a %q request", root.Status, s.FinishReason)
+		return fmt.Errorf("root status %+v on a %q request", root.Status, s.FinishReason)
 	}
 	// Root attributes.
 	a := root.Attributes
@@ -215,13 +238,19 @@ func checkTrace(tr *testbackend.Trace, s *otelstats.RequestStats, model string) 
 		attributes.RequestTemperature:      0.7,
 	} {
 		if got, ok := a[string(k)]; !ok || got != want {
-			return 0, fmt.Errorf("root attribute %s = %v (%T), want %v (%T)", k, got, got, want, want)
+			return fmt.Errorf("root attribute %s = %v (%T), want %v (%T)", k, got, got, want, want)
 		}
 	}
 	if fr, ok := a[string(attributes.FinishReasons)].([]any); !ok || len(fr) != 1 || fr[0] != s.FinishReason {
-		return 0, fmt.Errorf("root %s = %v, want [%s]", attributes.FinishReasons, a[string(attributes.FinishReasons)], s.FinishReason)
+		return fmt.Errorf("root %s = %v, want [%s]", attributes.FinishReasons, a[string(attributes.FinishReasons)], s.FinishReason)
 	}
 
+	return nil
+}
+
+// checkChildren checks that every other span is an INTERNAL child of the
+// root, inside it.
+func checkChildren(tr *testbackend.Trace, root testbackend.Span) error {
 	// Children: INTERNAL, parented by the root, inside it, not negative.
 	count := map[string]int{}
 	for _, sp := range tr.Spans {
@@ -230,22 +259,28 @@ func checkTrace(tr *testbackend.Trace, s *otelstats.RequestStats, model string) 
 		}
 		count[sp.Name]++
 		if w, ok := sp.Attributes[jaegerWarnings]; ok {
-			return 0, fmt.Errorf("%s: Jaeger warns %v", sp.Name, w)
+			return fmt.Errorf("%s: Jaeger warns %v", sp.Name, w)
 		}
 		if sp.Kind != testbackend.SpanKindInternal {
-			return 0, fmt.Errorf("%s kind %d, want INTERNAL (%d)", sp.Name, sp.Kind, testbackend.SpanKindInternal)
+			return fmt.Errorf("%s kind %d, want INTERNAL (%d)", sp.Name, sp.Kind, testbackend.SpanKindInternal)
 		}
 		if sp.ParentSpanID != root.SpanID {
-			return 0, fmt.Errorf("%s parent %s, want the root %s", sp.Name, sp.ParentSpanID, root.SpanID)
+			return fmt.Errorf("%s parent %s, want the root %s", sp.Name, sp.ParentSpanID, root.SpanID)
 		}
 		if sp.StartUnixNano < root.StartUnixNano || sp.EndUnixNano > root.EndUnixNano || sp.EndUnixNano < sp.StartUnixNano {
-			return 0, fmt.Errorf("%s [%d, %d] is not inside the root [%d, %d]", sp.Name, sp.StartUnixNano, sp.EndUnixNano, root.StartUnixNano, root.EndUnixNano)
+			return fmt.Errorf("%s [%d, %d] is not inside the root [%d, %d]", sp.Name, sp.StartUnixNano, sp.EndUnixNano, root.StartUnixNano, root.EndUnixNano)
 		}
 	}
 	if count[attributes.SpanInputProcessing] != 1 || count[attributes.SpanDetokenize] != 1 {
-		return 0, fmt.Errorf("span counts %v: want one input_processing and one detokenize", count)
+		return fmt.Errorf("span counts %v: want one input_processing and one detokenize", count)
 	}
 
+	return nil
+}
+
+// checkRuns checks the queue waits, prefill runs and decode segments
+// against the request's preemptions. It returns the decode segments.
+func checkRuns(tr *testbackend.Trace, root testbackend.Span, s *otelstats.RequestStats) (int, error) {
 	// Queue waits: one new, one per preemption.
 	var newQ, preQ []testbackend.Span
 	for _, q := range tr.SpansNamed(attributes.SpanQueue) {

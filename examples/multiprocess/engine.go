@@ -48,6 +48,10 @@ func runEngine(o *options) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("process", "engine", "pid", os.Getpid())
 	p, err := transport.NewProducer(transport.ProducerConfig{
 		Addr: o.collectorAddr, Name: fmt.Sprintf("engine-core-%d", os.Getpid()),
+		// Announced in the HELLO: from the moment this process connects, a
+		// request the frontend finishes waits for the engine's updates
+		// still on their way (SPEC §1).
+		Side:        otelstats.SideEngine,
 		ClockOffset: o.clockOffset, Logger: log,
 	})
 	if err != nil {

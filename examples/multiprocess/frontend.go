@@ -71,7 +71,8 @@ func runFrontend(o *options) error {
 		}
 		f.sink, finishCollector = sink, fin
 	} else {
-		p, err := transport.NewProducer(transport.ProducerConfig{Addr: o.collectorAddr, Name: fmt.Sprintf("frontend-%d", os.Getpid()), Logger: log})
+		p, err := transport.NewProducer(transport.ProducerConfig{Addr: o.collectorAddr, Name: fmt.Sprintf("frontend-%d", os.Getpid()),
+			Side: otelstats.SideFrontend, Logger: log})
 		if err != nil {
 			return err
 		}
@@ -198,9 +199,15 @@ func (f *frontend) hostCollector() (func(otelstats.Update), func() error, error)
 		}
 	}
 	finish := func() error {
-		// The engine's FINISHED may still be on its way.
-		deadline := time.Now().Add(5 * time.Second)
+		// The engine's last updates may still be on their way: wait until
+		// every request has ended or the engine has hung up (it flushes
+		// its producer first), however slow the machine; a minute bounds a
+		// dead engine.
+		deadline := time.Now().Add(time.Minute)
 		for tr.InFlight() > 0 && time.Now().Before(deadline) {
+			if st := col.Stats(); st.Streams > 0 && st.ActiveStreams == 0 {
+				break
+			}
 			time.Sleep(5 * time.Millisecond)
 		}
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)

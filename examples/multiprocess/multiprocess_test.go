@@ -74,17 +74,35 @@ func shortDir(t *testing.T) string {
 	return d
 }
 
+// syncBuffer is a process's output, read by the test while it is written.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // proc is a started OS process with its output captured.
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	out  *syncBuffer
 	done chan error
 }
 
 func start(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(bin, args...), out: &bytes.Buffer{}, done: make(chan error, 1)}
+	p := &proc{name: name, cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	// No test exports: the OTEL_* environment of the machine is not ours.
 	p.cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_METRICS_EXPORTER=none")
@@ -117,6 +135,18 @@ func (p *proc) wait(t *testing.T, within time.Duration) {
 	case <-time.After(within):
 		t.Fatalf("%s did not exit within %v\n%s", p.name, within, p.out.String())
 	}
+}
+
+// freePort is a free loopback TCP port.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
 }
 
 func waitSocket(t *testing.T, path string) {
@@ -190,7 +220,12 @@ func readSpans(t *testing.T, path string) map[string][]spanlog.Span {
 const (
 	nRequests  = 24
 	abortEvery = 8
-	offset     = "-400ms" // the engine process's clock runs 400 ms behind
+	// The engine process's clock runs 5 s behind: far more than any
+	// scheduling delay on a loaded machine, so what the tests see is the
+	// skew's doing (clamped, or aligned away), never the machine's speed.
+	// (The README shows -400ms; the behaviour is the same.)
+	offset  = "-5s"
+	skewOff = 5 * time.Second
 )
 
 // checkRun checks that every request's trace is complete and that every
@@ -258,11 +293,12 @@ func checkRun(t *testing.T, stats []reqStats, traces map[string][]spanlog.Span, 
 			}
 		}
 		if aligned && ip != nil && queue != nil {
-			// The engine's QUEUED follows the frontend's hand-off by the
-			// socket's latency, not by the engine clock's 400 ms; aligning
-			// at the HELLO is as precise as the HELLO's delivery.
-			if d := time.Duration(queue.StartNs - ip.EndNs); d < -5*time.Millisecond || d > 50*time.Millisecond {
-				t.Errorf("%s: engine queued %v after input processing ended; the clocks are not aligned", s.RequestID, d)
+			// Aligned at the HELLO, the engine's QUEUED follows the
+			// frontend's hand-off by the socket's latency, not by the
+			// engine clock's 5 s; the alignment is as precise as the HELLO's
+			// delivery, so only the skew's size is asserted.
+			if d := time.Duration(queue.StartNs - ip.EndNs); d < -skewOff/2 || d > skewOff/2 {
+				t.Errorf("%s: engine queued %v after input processing ended; the 5 s skew was not aligned away", s.RequestID, d)
 			}
 		}
 		if !aligned && queue != nil && queue.StartNs != root.StartNs {
@@ -313,9 +349,9 @@ func TestThreeProcessesAligned(t *testing.T) {
 		"-engine", eng, "-collector", col, "-n", fmt.Sprint(nRequests), "-abort-every", fmt.Sprint(abortEvery))
 	frontend.wait(t, 2*time.Minute)
 	engine.wait(t, 30*time.Second)
-	// Both producers flushed before exiting; give the collector a moment to
-	// read the last bytes, then stop it.
-	time.Sleep(200 * time.Millisecond)
+	// Both producers flushed before exiting; once the collector has read
+	// both streams to their end, stop it.
+	waitStreamsEnded(t, collector, 2)
 	if err := collector.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -323,6 +359,19 @@ func TestThreeProcessesAligned(t *testing.T) {
 	checkRun(t, readStats(t, statsFile), readSpans(t, spansFile), true)
 	if out := collector.out.String(); !strings.Contains(out, "dropped=0") || !strings.Contains(out, "rejected=0") {
 		t.Errorf("collector lost updates:\n%s", out)
+	}
+}
+
+// waitStreamsEnded waits until the collector has logged n producer
+// streams read to their end.
+func waitStreamsEnded(t *testing.T, p *proc, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for strings.Count(p.out.String(), `msg="stream ended`) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector did not read %d streams to their end:\n%s", n, p.out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -337,21 +386,47 @@ func TestPythonProducer(t *testing.T) {
 		t.Skip("python3 not found")
 	}
 	build(t)
-	for _, mode := range []string{"binary", "json"} {
-		t.Run(mode, func(t *testing.T) {
+	// The binary and JSON encodings over a Unix socket, and over TCP to a
+	// collector that wants a token (from --token-file, and from the
+	// environment).
+	for _, tc := range []struct{ mode, net, token string }{
+		{"binary", "unix", ""}, {"json", "unix", ""},
+		{"binary", "tcp", "file"}, {"json", "tcp", "env"},
+	} {
+		t.Run(tc.mode+"/"+tc.net+"/token="+tc.token, func(t *testing.T) {
+			mode := tc.mode
 			dir := shortDir(t)
 			sock := filepath.Join(dir, "c.sock")
 			statsFile := filepath.Join(dir, "stats.jsonl")
-			collector := start(t, "collect", llmtraceBin, "collect", "-listen", "unix:"+sock, "-stats-out", statsFile, "-stats-log", "0")
+			tokFile := filepath.Join(dir, "token")
+			os.WriteFile(tokFile, []byte("py-secret\n"), 0o600)
+			cargs := []string{"collect", "-listen", "unix:" + sock, "-stats-out", statsFile, "-stats-log", "0"}
+			var addr string
+			if tc.net == "tcp" {
+				addr = "127.0.0.1:" + freePort(t)
+				cargs = append(cargs, "-listen", "tcp:"+addr, "-token-file", tokFile)
+			}
+			collector := start(t, "collect", llmtraceBin, cargs...)
 			waitSocket(t, sock)
 			args := []string{"producer.py", "unix:" + sock, "4"}
+			if tc.net == "tcp" {
+				args[1] = "tcp:" + addr
+			}
 			if mode == "json" {
 				args = append(args, "--json")
 			}
-			if out, err := exec.Command(py, args...).CombinedOutput(); err != nil {
+			cmd := exec.Command(py, args...)
+			cmd.Env = os.Environ()
+			switch tc.token {
+			case "file":
+				cmd.Args = append(cmd.Args, "--token-file", tokFile)
+			case "env":
+				cmd.Env = append(cmd.Env, "LLMTRACE_COLLECTOR_TOKEN=py-secret")
+			}
+			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("producer.py: %v\n%s", err, out)
 			}
-			time.Sleep(200 * time.Millisecond)
+			waitStreamsEnded(t, collector, 1)
 			collector.cmd.Process.Signal(syscall.SIGINT)
 			collector.wait(t, 30*time.Second)
 			stats := readStats(t, statsFile)
@@ -361,8 +436,10 @@ func TestPythonProducer(t *testing.T) {
 			for _, s := range stats {
 				var i int
 				fmt.Sscanf(s.RequestID, "py-%d", &i)
+				// The producer sleeps 2 ms between QUEUED and PREFILLING: the
+				// queue lasts at least that (float seconds in JSON: 0.5 ms slack).
 				if s.FinishReason != "length" || s.Output != 4 || s.Prompt == nil || *s.Prompt != 100+i || s.Cached == nil || *s.Cached != 16 ||
-					s.TTFT == nil || s.Queue == nil || *s.Queue < 0.0015 || *s.Queue > 0.5 || s.Clamped != 0 {
+					s.TTFT == nil || s.Queue == nil || *s.Queue < 0.0015 || s.Clamped != 0 {
 					t.Errorf("%+v", s)
 				}
 			}

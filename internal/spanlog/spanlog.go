@@ -11,15 +11,15 @@
 package spanlog
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
-	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/llmtrace/llmtrace/internal/lineout"
 )
 
 // Span is one line of the dump.
@@ -44,12 +44,12 @@ type Event struct {
 	Attributes map[string]any `json:"attributes,omitempty"`
 }
 
-// Processor is an sdktrace.SpanProcessor that writes every ended span to w.
+// Processor is an sdktrace.SpanProcessor that writes every ended span to w,
+// one JSON line each. Lines are buffered and reach w within a second
+// (lineout.FlushDelay), so a long-running command's dump can be tailed. It
+// is safe for concurrent use.
 type Processor struct {
-	mu  sync.Mutex
-	w   *bufio.Writer
-	c   io.Closer
-	err error
+	w *lineout.Writer
 }
 
 var _ sdktrace.SpanProcessor = (*Processor)(nil)
@@ -57,11 +57,7 @@ var _ sdktrace.SpanProcessor = (*Processor)(nil)
 // New writes to w; Shutdown closes w when it is an io.Closer and close is
 // set.
 func New(w io.Writer, close bool) *Processor {
-	p := &Processor{w: bufio.NewWriterSize(w, 64<<10)}
-	if c, ok := w.(io.Closer); ok && close {
-		p.c = c
-	}
-	return p
+	return &Processor{w: lineout.New(w, close, 0)}
 }
 
 // OnStart does nothing.
@@ -73,14 +69,7 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 	if err != nil {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err != nil || p.w == nil {
-		return
-	}
-	if _, err := p.w.Write(append(b, '\n')); err != nil {
-		p.err = err
-	}
+	_, _ = p.w.Write(append(b, '\n'))
 }
 
 // FromReadOnly converts an SDK span.
@@ -120,32 +109,10 @@ func attrs(kvs []attribute.KeyValue) map[string]any {
 }
 
 // ForceFlush writes what is buffered.
-func (p *Processor) ForceFlush(context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.w == nil {
-		return p.err
-	}
-	if err := p.w.Flush(); err != nil && p.err == nil {
-		p.err = err
-	}
-	return p.err
-}
+func (p *Processor) ForceFlush(context.Context) error { return p.w.Flush() }
 
 // Shutdown flushes and, when New was told to, closes the writer.
-func (p *Processor) Shutdown(ctx context.Context) error {
-	err := p.ForceFlush(ctx)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.w = nil
-	if p.c != nil {
-		if cerr := p.c.Close(); err == nil {
-			err = cerr
-		}
-		p.c = nil
-	}
-	return err
-}
+func (p *Processor) Shutdown(context.Context) error { return p.w.Close() }
 
 // Read parses a dump.
 func Read(r io.Reader) ([]Span, error) {

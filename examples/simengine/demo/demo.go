@@ -1,6 +1,6 @@
 // Package demo is examples/simengine's program: it loads a workload, wires
 // the simulated engine to an otelstats.Tracker through the providers
-// internal/otelsetup builds from the OTEL_* environment, and prints the
+// otelconf builds from the OTEL_* environment, and prints the
 // stats lines, the summary table and three request waterfalls. The main
 // package only parses flags, so tests run the whole demo in-process.
 package demo
@@ -16,7 +16,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -81,7 +80,25 @@ type Options struct {
 	Progress bool
 	// Sampling is an end-of-request sampling policy in LLMTRACE_SAMPLING's
 	// syntax (otelstats.ParseSamplingPolicy); empty keeps every trace.
+	// Not with PD.
 	Sampling string
+
+	// PD serves through a router, a prefill and a decode instance
+	// (sim.RunPD; Engine.PD sets the link and the failure rate), each with
+	// its own tracker on the one TracerProvider.
+	PD bool
+	// SpecDecode turns on speculative decoding: SpecK draft tokens a step,
+	// accepted by the model SpecAccept (workload.ParseAcceptance).
+	SpecDecode bool
+	SpecK      int
+	SpecAccept string
+	// Adapters is the LoRA adapter mix (workload.ParseAdapterMix), e.g.
+	// "sql-lora=0.3,chat-lora=0.2"; Engine.MaxLoRAs bounds a batch.
+	Adapters string
+	// Multimodal is the fraction of requests that carry images, 1 to
+	// MaxImages each.
+	Multimodal float64
+	MaxImages  int
 	// ServiceName is the default service.name.
 	ServiceName string
 
@@ -109,6 +126,9 @@ func DefaultOptions() Options {
 		Speedup:       1,
 		StatsInterval: 30 * time.Second,
 		Progress:      true,
+		SpecK:         4,
+		SpecAccept:    "0.8,0.7,0.6,0.5",
+		MaxImages:     2,
 		ServiceName:   "simengine",
 	}
 }
@@ -129,22 +149,14 @@ type Report struct {
 	// Kept counts finished requests by sampling reason
 	// (otelstats.SampledAll when no policy is set).
 	Kept map[string]int
+	// Serving is the summary of the serving features the run used (P/D,
+	// speculative decoding, adapters, images); empty without them.
+	Serving string
 }
 
 // Run runs the demo.
 func Run(ctx context.Context, o Options) (rep *Report, err error) {
-	if o.Stdout == nil {
-		o.Stdout = io.Discard
-	}
-	if o.Stderr == nil {
-		o.Stderr = io.Discard
-	}
-	if o.RateScale == 0 {
-		o.RateScale = 1
-	}
-	if o.StatsInterval <= 0 {
-		o.StatsInterval = 30 * time.Second
-	}
+	o.defaults()
 	wallStart := time.Now()
 	w, err := loadWorkload(o)
 	if err != nil {
@@ -152,15 +164,23 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	cfg := o.Engine
 	cfg.Seed, cfg.Realtime, cfg.Speedup = o.Seed, o.Realtime, o.Speedup
+	mix, err := applyFeatures(&o, w, &cfg)
+	if err != nil {
+		return nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-
 	policy, err := otelstats.ParseSamplingPolicy(o.Sampling)
 	if err != nil {
 		return nil, err
 	}
+	// In P/D an instance's spans wait in the capture until the router
+	// finishes the request, so it holds every request in flight.
 	capture := waterfall.NewCapture(64)
+	if o.PD {
+		capture = waterfall.NewCapture(1 << 14)
+	}
 	agg := otelstats.NewAggregator()
 	prov, err := otelconf.Setup(ctx, otelconf.Config{
 		Aggregator:     agg,
@@ -177,6 +197,9 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		if serr := prov.Shutdown(sctx); serr != nil && err == nil {
 			err = fmt.Errorf("flushing telemetry: %w", serr)
 		}
+		if sum := prov.Summary(); sum != "" {
+			fmt.Fprintf(o.Stderr, "simengine: %s\n", sum)
+		}
 	}()
 	if err := placeInTime(w, o, prov.TracesExported); err != nil {
 		return nil, err
@@ -189,50 +212,25 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	defer stopServer()
 
-	var (
-		mu  sync.Mutex
-		col summary.Collector
-		tr  *otelstats.Tracker
-	)
-	pick := newPicker(capture, o.Seed)
-	t0 := w.Requests[0].Arrival
-	logger := slog.New(&statsHandler{w: o.Stdout, t0: t0, stats: func() otelstats.Stats { return tr.LastStats() }, lines: &rep.StatsLines})
-	tr, err = otelstats.NewTracker(append(prov.TrackerOptions(),
-		otelstats.WithSampling(policy),
-		otelstats.WithModels(cfg.Model),
-		otelstats.WithStatsLog(logger, o.StatsInterval),
-		otelstats.WithTokenLatencies(true),
-		// The simulator finishes every request it admits; a request
-		// queued for longer than the TTL under an extreme -rate-scale is
-		// still alive and must not be ended as abandoned.
-		otelstats.WithRequestTTL(0),
-		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
-			mu.Lock()
-			col.Add(s)
-			if s.Sampled {
-				pick.observe(s)
-			}
-			if rep.Kept == nil {
-				rep.Kept = map[string]int{}
-			}
-			rep.Kept[s.SamplingReason]++
-			mu.Unlock()
-			if o.OnFinish != nil {
-				o.OnFinish(s)
-			}
-		}),
-	)...)
+	col := newCollection(newPicker(capture, o.Seed), o.OnFinish)
+	trs, err := newTrackers(&o, prov, &cfg, policy, col, rep, w.Requests[0].Arrival, mix)
 	if err != nil {
 		return nil, err
 	}
-
 	printHeader(o, w, cfg, rep)
 	if o.Progress {
 		cfg.Progress = progressPrinter(o.Stderr, w, wallStart)
 	}
-	res, err := sim.Run(ctx, cfg, w.Requests, tr)
-	if serr := tr.Shutdown(context.WithoutCancel(ctx)); serr != nil && err == nil {
-		err = serr
+	var res *sim.Result
+	if o.PD {
+		res, err = sim.RunPD(ctx, cfg, w.Requests, sim.PDTrackers{Router: trs[0], Prefill: trs[1], Decode: trs[2]})
+	} else {
+		res, err = sim.Run(ctx, cfg, w.Requests, trs[0])
+	}
+	for _, tr := range trs {
+		if serr := tr.Shutdown(context.WithoutCancel(ctx)); serr != nil && err == nil {
+			err = serr
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -242,16 +240,25 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}
 	rep.Result = res
 	rep.Wall = time.Since(wallStart)
-	mu.Lock()
-	rep.Summary = &col
-	rep.Waterfalls = pick.waterfalls(&col)
-	mu.Unlock()
+	col.mu.Lock()
+	rep.Summary, rep.Kept = &col.client, col.kept
+	rep.Waterfalls = col.pick.waterfalls(&col.client)
+	var serving strings.Builder
+	col.serving.write(&serving, &o, &cfg, res, mix)
+	rep.Serving = serving.String()
+	col.mu.Unlock()
 
+	return rep, report(ctx, &o, rep, cfg, prov)
+}
+
+// report prints the summary and waterfalls, writes the page, flushes the
+// traces and keeps /metrics served as long as asked.
+func report(ctx context.Context, o *Options, rep *Report, cfg sim.Config, prov *otelconf.Providers) error {
 	printSummary(o.Stdout, rep, cfg)
 	printWaterfalls(o.Stdout, rep)
 	if o.HTML != "" {
 		if err := writeHTML(o.HTML, rep, cfg); err != nil {
-			return rep, err
+			return err
 		}
 		fmt.Fprintf(o.Stdout, "\nHTML report: %s\n", o.HTML)
 	}
@@ -270,7 +277,71 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		case <-ctx.Done():
 		}
 	}
-	return rep, nil
+	return nil
+}
+
+func (o *Options) defaults() {
+	if o.Stdout == nil {
+		o.Stdout = io.Discard
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	if o.RateScale == 0 {
+		o.RateScale = 1
+	}
+	if o.StatsInterval <= 0 {
+		o.StatsInterval = 30 * time.Second
+	}
+}
+
+// newTrackers builds the engine's tracker, or in P/D the router's, the
+// prefill instance's and the decode instance's, all on the providers' one
+// TracerProvider. The instances trust the router's trace context to decide
+// sampling, so each client request is kept or dropped whole.
+func newTrackers(o *Options, prov *otelconf.Providers, cfg *sim.Config, policy *otelstats.SamplingPolicy,
+	col *collection, rep *Report, t0 time.Time, mix []workload.Share) ([]*otelstats.Tracker, error) {
+	adapters := make([]string, 0, len(mix))
+	for _, m := range mix {
+		adapters = append(adapters, m.Adapter)
+	}
+	mk := func(name string, onFinish func(*otelstats.RequestStats), extra ...otelstats.Option) (*otelstats.Tracker, error) {
+		var tr *otelstats.Tracker
+		opts := append(prov.TrackerOptions(),
+			otelstats.WithSampling(policy),
+			otelstats.WithModels(cfg.Model),
+			otelstats.WithAdapters(adapters...),
+			otelstats.WithTokenLatencies(true),
+			// The simulator finishes every request it admits; a request
+			// queued for longer than the TTL under an extreme -rate-scale
+			// is still alive and must not be ended as abandoned.
+			otelstats.WithRequestTTL(0),
+			otelstats.WithOnFinish(onFinish))
+		if name != "" {
+			logger := slog.New(&statsHandler{w: o.Stdout, t0: t0, name: name, stats: func() otelstats.Stats { return tr.LastStats() }, lines: &rep.StatsLines})
+			opts = append(opts, otelstats.WithStatsLog(logger, o.StatsInterval))
+		}
+		var err error
+		tr, err = otelstats.NewTracker(append(opts, extra...)...)
+		return tr, err
+	}
+	if !o.PD {
+		tr, err := mk("-", col.unified)
+		return []*otelstats.Tracker{tr}, err
+	}
+	router, err := mk("", col.router)
+	if err != nil {
+		return nil, err
+	}
+	p, err := mk(cfg.PD.Prefill, col.instance, otelstats.WithTrustParentSampling(true), otelstats.WithPDRole(otelstats.PDRolePrefill))
+	if err != nil {
+		return nil, err
+	}
+	d, err := mk(cfg.PD.Decode, col.instance, otelstats.WithTrustParentSampling(true), otelstats.WithPDRole(otelstats.PDRoleDecode))
+	if err != nil {
+		return nil, err
+	}
+	return []*otelstats.Tracker{router, p, d}, nil
 }
 
 func loadWorkload(o Options) (*workload.Workload, error) {
@@ -364,6 +435,7 @@ func serveMetrics(o Options, prov *otelconf.Providers, rep *Report) (stop func()
 type statsHandler struct {
 	w     io.Writer
 	t0    time.Time
+	name  string // the instance, in P/D; "-" for the one engine
 	stats func() otelstats.Stats
 	lines *int
 }
@@ -379,7 +451,11 @@ func (h *statsHandler) Handle(_ context.Context, r slog.Record) error {
 		at = r.Time
 	}
 	*h.lines++
-	_, err := fmt.Fprintf(h.w, "INFO %s [sim +%s] %s\n", at.UTC().Format("01-02 15:04:05"), clock(at.Sub(h.t0)), r.Message)
+	who := ""
+	if h.name != "-" {
+		who = " " + h.name
+	}
+	_, err := fmt.Fprintf(h.w, "INFO %s [sim +%s%s] %s\n", at.UTC().Format("01-02 15:04:05"), clock(at.Sub(h.t0)), who, r.Message)
 	return err
 }
 
@@ -422,6 +498,9 @@ func printHeader(o Options, w *workload.Workload, cfg sim.Config, rep *Report) {
 	} else {
 		fmt.Fprintf(out, "virtual clock (use -realtime to pace it)\n")
 	}
+	for _, f := range features(o, cfg) {
+		fmt.Fprintf(out, "%s\n", f)
+	}
 	var tel []string
 	if rep.TracesExported || rep.MetricsExported {
 		tel = append(tel, "OTLP export of "+strings.Join(exported(rep), " and "))
@@ -432,6 +511,27 @@ func printHeader(o Options, w *workload.Workload, cfg sim.Config, rep *Report) {
 		tel = append(tel, "Prometheus metrics on "+rep.MetricsURL)
 	}
 	fmt.Fprintf(out, "telemetry: %s\n\n", strings.Join(tel, "; "))
+}
+
+// features says which serving features the run uses, one line each.
+func features(o Options, cfg sim.Config) []string {
+	var f []string
+	if o.PD {
+		f = append(f, fmt.Sprintf("P/D: a router sends each request to %s (max_tokens 1), then to %s, which loads its KV cache over a %g Gb/s link (%v + %d KiB a token); %g%% of transfers fail",
+			cfg.PD.Prefill, cfg.PD.Decode, cfg.PD.LinkGbps, cfg.PD.Latency, cfg.PD.BytesPerToken>>10, 100*cfg.PD.FailureRate))
+	}
+	if cfg.Spec.K > 0 {
+		f = append(f, fmt.Sprintf("speculative decoding: %d draft tokens a step, accepted with probability %s by position",
+			cfg.Spec.K, o.SpecAccept))
+	}
+	if o.Adapters != "" {
+		f = append(f, fmt.Sprintf("LoRA adapters: %s, at most %d in a batch", o.Adapters, cfg.MaxLoRAs))
+	}
+	if o.Multimodal > 0 {
+		f = append(f, fmt.Sprintf("multimodal: %g%% of requests carry 1–%d images of %d tokens; encoder %v + %v a token",
+			100*o.Multimodal, o.MaxImages, cfg.Multimodal.TokensPerImage, cfg.Cost.EncodeRun, cfg.Cost.PerEncoderToken))
+	}
+	return f
 }
 
 func exported(rep *Report) []string {
@@ -450,7 +550,14 @@ func printSummary(out io.Writer, rep *Report, cfg sim.Config) {
 	fmt.Fprintf(out, "\n── summary: %d requests, %s simulated in %.1fs wall, %d engine steps ──\n",
 		rep.Summary.Requests, clock(res.End.Sub(res.Start)), rep.Wall.Seconds(), res.Steps)
 	rep.Summary.WriteTable(out)
-	fmt.Fprintf(out, "engine: peak batch %d running, peak queue %d waiting\n", res.MaxRunning, res.MaxWaiting)
+	if o := res.Instances; len(o) > 1 {
+		for _, in := range o {
+			fmt.Fprintf(out, "%s: %d steps, peak batch %d running, peak queue %d waiting, %d preemptions\n",
+				in.Name, in.Steps, in.MaxRunning, in.MaxWaiting, in.Preemptions)
+		}
+	} else {
+		fmt.Fprintf(out, "engine: peak batch %d running, peak queue %d waiting\n", res.MaxRunning, res.MaxWaiting)
+	}
 	if _, all := rep.Kept[otelstats.SampledAll]; !all && len(rep.Kept) > 0 {
 		kept, why := 0, []string{}
 		for r, n := range rep.Kept {
@@ -463,6 +570,7 @@ func printSummary(out io.Writer, rep *Report, cfg sim.Config) {
 		fmt.Fprintf(out, "traces kept by the sampling policy: %d of %d (%s); metrics counted all %d\n",
 			kept, rep.Summary.Requests, strings.Join(why, ", "), rep.Summary.Requests)
 	}
+	fmt.Fprint(out, rep.Serving)
 }
 
 func printWaterfalls(out io.Writer, rep *Report) {
@@ -481,14 +589,22 @@ func writeHTML(path string, rep *Report, cfg sim.Config) error {
 	var tab strings.Builder
 	rep.Summary.WriteTable(&tab)
 	res := rep.Result
+	what := "one engine"
+	if len(res.Instances) > 1 {
+		what = "a router, " + cfg.PD.Prefill + " and " + cfg.PD.Decode
+	}
 	page := &waterfall.Page{
 		Title: "llmtrace simengine: " + rep.Workload.Name,
-		Subtitle: fmt.Sprintf("%d requests on a simulated %s, %s simulated; KV cache %d × %d-token blocks, %d-token step budget. Bars are the spans llmtrace exported.",
-			len(res.Requests), cfg.Model, clock(res.End.Sub(res.Start)), cfg.NumBlocks, cfg.BlockSize, cfg.MaxNumBatchedTokens),
+		Subtitle: fmt.Sprintf("%d requests on a simulated %s (%s), %s simulated; KV cache %d × %d-token blocks, %d-token step budget. Bars are the spans llmtrace exported.",
+			len(res.Requests), cfg.Model, what, clock(res.End.Sub(res.Start)), cfg.NumBlocks, cfg.BlockSize, cfg.MaxNumBatchedTokens),
 		Summary:    tab.String(),
+		Serving:    strings.TrimLeft(rep.Serving, "\n"),
 		Waterfalls: rep.Waterfalls,
 		TTFT:       rep.Summary.TTFT,
 		ITL:        rep.Summary.ITL,
+	}
+	for _, in := range res.Instances {
+		page.Load = append(page.Load, loadOf(in))
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -499,4 +615,22 @@ func writeHTML(path string, rep *Report, cfg sim.Config) error {
 		return err
 	}
 	return f.Close()
+}
+
+// loadOf is an instance's load series for the page.
+func loadOf(in sim.Instance) waterfall.Load {
+	l := waterfall.Load{Name: in.Name, Step: in.LoadWidth}
+	if in.Role != "" {
+		l.Name += " (" + in.Role + ")"
+	}
+	for i, p := range in.Load {
+		if i == 0 {
+			l.Start = p.At
+		}
+		l.Running = append(l.Running, p.Running)
+		l.Waiting = append(l.Waiting, p.Waiting)
+		l.KVCacheUsage = append(l.KVCacheUsage, p.KVCacheUsage)
+		l.Preemptions = append(l.Preemptions, p.Preemptions)
+	}
+	return l
 }

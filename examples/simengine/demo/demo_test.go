@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,5 +142,49 @@ func TestSamplingPolicyFlag(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), Options{Sampling: "ratio=7"}); err == nil {
 		t.Error("a bad policy was accepted")
+	}
+}
+
+// Every serving feature at once, in-process: the client's table counts
+// the router's requests, the picker joins each request's three parts, and
+// the summary says what each feature did.
+func TestServingModes(t *testing.T) {
+	var out bytes.Buffer
+	o := smallRun(300)
+	o.Stdout = &out
+	o.PD, o.SpecDecode, o.Multimodal = true, true, 0.3
+	o.Adapters = "sql-lora=0.3,chat-lora=0.2"
+	o.Engine.PD.FailureRate = 0.1
+	o.Engine.AbortRate = 0.05
+	roles := map[string]int{}
+	o.OnFinish = func(s *otelstats.RequestStats) { roles[s.PDRole]++ }
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Requests != 300 || roles[""] != 300 || roles[otelstats.PDRolePrefill] != 300 || roles[otelstats.PDRoleDecode] == 0 {
+		t.Fatalf("summary of %d requests; finished by role %v", rep.Summary.Requests, roles)
+	}
+	if len(rep.Result.Instances) != 2 || rep.Result.Rejections != 0 {
+		t.Fatalf("%d instances, %d rejections", len(rep.Result.Instances), rep.Result.Rejections)
+	}
+	var titles []string
+	for _, w := range rep.Waterfalls {
+		titles = append(titles, w.Title)
+		if !strings.HasPrefix(w.Rows[0].Label, "chat llama-3-8b [router") || w.Rows[1].Depth != 1 {
+			t.Errorf("%s: rows start %q, %+v", w.Title, w.Rows[0].Label, w.Rows[1])
+		}
+	}
+	if !slices.Contains(titles, "a failed KV transfer, recomputed on the decode instance") || !slices.Contains(titles, "slowest TTFT") {
+		t.Errorf("waterfalls %v", titles)
+	}
+	for _, want := range []string{"KV transfers", "speculative decoding: k=4", "LoRA adapters (at most 4 in a batch):", "multimodal: "} {
+		if !strings.Contains(rep.Serving, want) || !strings.Contains(out.String(), want) {
+			t.Errorf("the serving summary lacks %q:\n%s", want, rep.Serving)
+		}
+	}
+	o.Sampling = "errors"
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "-sampling cannot be used with -pd") {
+		t.Errorf("-sampling with -pd: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"sync"
 	"testing"
@@ -61,68 +62,125 @@ func lat(d time.Duration) otelstats.Latency { return otelstats.Latency{Value: ma
 
 // checkTruth compares llmtrace's stats of every request with what the
 // simulator knows happened. Virtual times are exact, so equality is exact.
-func checkTruth(t *testing.T, res *Result, got map[string]otelstats.RequestStats) {
+func checkTruth(t *testing.T, truths []Truth, got map[string]otelstats.RequestStats) {
 	t.Helper()
-	if len(got) != len(res.Requests) {
-		t.Errorf("llmtrace finished %d requests, the simulator %d", len(got), len(res.Requests))
+	n := 0
+	for i := range truths {
+		if truths[i].ID != "" {
+			n++
+		}
+	}
+	if len(got) != n {
+		t.Errorf("llmtrace finished %d requests, the simulator %d", len(got), n)
 	}
 	bad := 0
-	for i := range res.Requests {
-		w := &res.Requests[i]
+	for i := range truths {
+		w := &truths[i]
+		if w.ID == "" {
+			continue // never reached this recorder
+		}
 		s, ok := got[w.ID]
 		if !ok {
 			t.Errorf("%s: no RequestStats", w.ID)
 			continue
 		}
-		var errs []string
-		eq := func(name string, g, want any) {
-			if g != want {
-				errs = append(errs, name)
-				t.Errorf("%s %s = %v, want %v", w.ID, name, g, want)
+		if errs := diffTruth(w, &s); len(errs) > 0 {
+			for _, e := range errs {
+				t.Errorf("%s (%s): %s", w.ID, roleName(w.PDRole), e)
 			}
-		}
-		absent := otelstats.Latency{}
-		eq("arrival", s.ArrivalTime.UnixNano(), w.Arrival.UnixNano())
-		eq("finished", s.FinishedTime.UnixNano(), w.Finish.UnixNano())
-		eq("e2e", s.E2ELatency, lat(w.Finish.Sub(w.Arrival)))
-		eq("finish_reason", s.FinishReason, w.FinishReason)
-		eq("error_type", s.ErrorType, w.ErrorType)
-		eq("num_prompt_tokens", s.NumPromptTokens, otelstats.Count{N: w.PromptTokens, Valid: true})
-		eq("num_output_tokens", s.NumOutputTokens, w.OutputTokens)
-		eq("num_preemptions", s.NumPreemptions, w.Preemptions)
-		eq("preempted_duration", s.PreemptedDuration, w.Preempted)
-		eq("num_recompute_cached_tokens", s.NumRecomputeCachedTokens, w.RecomputeCachedTokens)
-		if w.FirstScheduled.IsZero() {
-			eq("queue", s.QueueDuration, absent)
-			eq("inference", s.InferenceLatency, absent)
-			eq("num_cached_tokens", s.NumCachedTokens.Valid, false)
-		} else {
-			eq("queue", s.QueueDuration, lat(w.FirstScheduled.Sub(w.FirstQueued)))
-			eq("inference", s.InferenceLatency, lat(w.Finish.Sub(w.FirstScheduled)))
-			eq("num_cached_tokens", s.NumCachedTokens, otelstats.Count{N: w.CachedTokens, Valid: true})
-		}
-		if w.FirstToken.IsZero() {
-			eq("ttft", s.FirstTokenLatency, absent)
-			eq("prefill", s.PrefillLatency, absent)
-			eq("decode", s.DecodeLatency, absent)
-			eq("tpot", s.TimePerOutputToken, absent)
-		} else {
-			decode := w.Finish.Sub(w.FirstToken)
-			eq("ttft", s.FirstTokenLatency, lat(w.FirstToken.Sub(w.Arrival)))
-			eq("prefill", s.PrefillLatency, lat(w.FirstToken.Sub(w.FirstScheduled)))
-			eq("decode", s.DecodeLatency, lat(decode))
-			if w.OutputTokens > 1 {
-				eq("tpot", s.TimePerOutputToken, lat(decode/time.Duration(w.OutputTokens-1)))
-			} else {
-				eq("tpot", s.TimePerOutputToken, absent)
-			}
-		}
-		if len(errs) > 0 {
 			if bad++; bad >= 10 {
 				t.Fatalf("stopping after 10 mismatching requests")
 			}
 		}
 	}
+}
+
+func roleName(r string) string {
+	if r == "" {
+		return "unified or router"
+	}
+	return r
+}
+
+// diffTruth lists every value of s that differs from the record w.
+func diffTruth(w *Truth, s *otelstats.RequestStats) []string {
+	var errs []string
+	eq := func(name string, g, want any) {
+		if g != want {
+			errs = append(errs, fmt.Sprintf("%s = %v, want %v", name, g, want))
+		}
+	}
+	absent := otelstats.Latency{}
+	opt := func(ok bool, d time.Duration) otelstats.Latency {
+		if !ok {
+			return absent
+		}
+		return lat(d)
+	}
+	eq("arrival", s.ArrivalTime.UnixNano(), w.Arrival.UnixNano())
+	eq("finished", s.FinishedTime.UnixNano(), w.Finish.UnixNano())
+	eq("e2e", s.E2ELatency, lat(w.Finish.Sub(w.Arrival)))
+	eq("finish_reason", s.FinishReason, w.FinishReason)
+	eq("error_type", s.ErrorType, w.ErrorType)
+	if w.NoPromptCount {
+		eq("num_prompt_tokens", s.NumPromptTokens, otelstats.Count{})
+	} else {
+		eq("num_prompt_tokens", s.NumPromptTokens, otelstats.Count{N: w.PromptTokens, Valid: true})
+	}
+	eq("num_output_tokens", s.NumOutputTokens, w.OutputTokens)
+	eq("num_preemptions", s.NumPreemptions, w.Preemptions)
+	eq("preempted_duration", s.PreemptedDuration, w.Preempted)
+	eq("num_recompute_cached_tokens", s.NumRecomputeCachedTokens, w.RecomputeCachedTokens)
+	scheduled, first := !w.FirstScheduled.IsZero(), !w.FirstToken.IsZero()
+	transfer := time.Duration(0)
+	if !w.KVReady.IsZero() {
+		transfer = w.KVReady.Sub(w.KVWait)
+	}
+	eq("queue", s.QueueDuration, opt(scheduled, w.FirstScheduled.Sub(w.FirstQueued)-transfer))
+	eq("inference", s.InferenceLatency, opt(scheduled, w.Finish.Sub(w.FirstScheduled)))
+	if scheduled {
+		eq("num_cached_tokens", s.NumCachedTokens, otelstats.Count{N: w.CachedTokens, Valid: true})
+	} else {
+		eq("num_cached_tokens", s.NumCachedTokens.Valid, false)
+	}
+	decode := w.Finish.Sub(w.FirstToken)
+	eq("ttft", s.FirstTokenLatency, opt(first, w.FirstToken.Sub(w.Arrival)))
+	eq("prefill", s.PrefillLatency, opt(first && scheduled, w.FirstToken.Sub(w.FirstScheduled)))
+	eq("decode", s.DecodeLatency, opt(first, decode))
+	if w.OutputTokens > 1 {
+		eq("tpot", s.TimePerOutputToken, opt(first, decode/time.Duration(w.OutputTokens-1)))
+	} else {
+		eq("tpot", s.TimePerOutputToken, absent)
+	}
+	// SPEC §7–9.
+	eq("pd_role", s.PDRole, w.PDRole)
+	eq("lora_adapter", s.LoRAAdapter, w.Adapter)
+	eq("kv_source", s.KVSource, w.KVSource)
+	eq("kv_transfer_duration", s.KVTransferDuration, opt(!w.KVReady.IsZero(), transfer))
+	eq("num_remote_tokens", s.NumRemoteTokens, w.RemoteTokens)
+	eq("kv_transfer_bytes", s.KVTransferBytes, w.KVBytes)
+	eq("kv_transfer_failed", s.KVTransferFailed, w.KVFailed)
+	routed := !w.PrefillResponded.IsZero()
+	eq("pd_prefill_duration", s.PDPrefillDuration, opt(routed, w.PrefillResponded.Sub(w.PrefillSent)))
+	eq("pd_decode_ttft", s.PDDecodeTTFT, opt(routed && first, w.FirstToken.Sub(w.DecodeSent)))
+	eq("num_draft_tokens", s.NumDraftTokens, w.DraftTokens)
+	eq("num_accepted_tokens", s.NumAcceptedTokens, w.AcceptedTokens)
+	eq("num_spec_steps", s.NumSpecSteps, w.SpecSteps)
+	rate, length := 0.0, 0.0
+	if w.SpecSteps > 0 {
+		rate = float64(w.AcceptedTokens) / float64(w.DraftTokens)
+		length = 1 + float64(w.AcceptedTokens)/float64(w.SpecSteps)
+	}
+	eq("spec_acceptance_rate", s.SpecAcceptanceRate, rate)
+	eq("spec_mean_acceptance_length", s.SpecMeanAcceptanceLength, length)
+	eq("encode_duration", s.EncodeDuration, opt(w.EncoderRuns > 0, w.EncodeTime))
+	eq("num_encoder_runs", s.NumEncoderRuns, w.EncoderRuns)
+	if w.FinishReason != ReasonAbort {
+		// An aborted request's engine spans run past the client's end
+		// and are clamped into the root, as SPEC §5 says.
+		eq("clamped_spans", s.ClampedSpans, 0)
+	}
+	return errs
 }
 
 // TestGroundTruth replays 2,000 requests of the conversation trace with the
@@ -131,7 +189,7 @@ func checkTruth(t *testing.T, res *Result, got map[string]otelstats.RequestStats
 func TestGroundTruth(t *testing.T) {
 	cfg := DefaultConfig()
 	res, got := run(t, cfg, sharedTrace(t, 2000))
-	checkTruth(t, res, got)
+	checkTruth(t, res.Requests, got)
 	var cached, prompt, preempted int
 	for _, w := range res.Requests {
 		cached += w.CachedTokens
@@ -170,7 +228,7 @@ func TestGroundTruthUnderPressure(t *testing.T) {
 		}
 	}
 	res, got := run(t, cfg, w.Requests)
-	checkTruth(t, res, got)
+	checkTruth(t, res.Requests, got)
 	var multi, recompHits, rejected, length int
 	for _, r := range res.Requests {
 		if r.Preemptions > 1 {
@@ -203,7 +261,7 @@ func TestGroundTruthWithAborts(t *testing.T) {
 	cfg.MaxNumSeqs = 32
 	cfg.AbortRate = 0.3
 	res, got := run(t, cfg, workload.Synthetic(600, 8, 5).Requests)
-	checkTruth(t, res, got)
+	checkTruth(t, res.Requests, got)
 	var aborted, preempted int
 	for _, r := range res.Requests {
 		if r.FinishReason != ReasonAbort {
@@ -242,7 +300,7 @@ func TestAbortWhilePreempted(t *testing.T) {
 		{Arrival: t0.Add(time.Millisecond), PromptTokens: 40, OutputTokens: 18}, // aborts at 18/2 = 9
 	}
 	res, got := run(t, cfg, reqs)
-	checkTruth(t, res, got)
+	checkTruth(t, res.Requests, got)
 	b := res.Requests[1]
 	if b.FinishReason != ReasonAbort || b.Preemptions != 1 || b.OutputTokens != 9 || b.Preempted <= 0 {
 		t.Errorf("second request: %s after %d tokens, %d preemptions, %v preempted; want an abort after 9 tokens while preempted",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -30,6 +31,8 @@ const (
 	PhaseRecompute  Phase = "recompute"
 	PhaseDecode     Phase = "decode"
 	PhaseDetokenize Phase = "detokenize"
+	PhaseKVTransfer Phase = "kv_transfer"
+	PhaseEncode     Phase = "encode"
 	PhaseOther      Phase = "other"
 )
 
@@ -59,7 +62,7 @@ type Row struct {
 }
 
 // FromSpans lays out one trace's spans: the root first, then its
-// descendants in start order.
+// descendants depth first, siblings in start order.
 func FromSpans(spans []sdktrace.ReadOnlySpan) (*Waterfall, error) {
 	if len(spans) == 0 {
 		return nil, errors.New("waterfall: no spans")
@@ -88,39 +91,38 @@ func FromSpans(spans []sdktrace.ReadOnlySpan) (*Waterfall, error) {
 	if v, ok := attr(root.Attributes(), attributes.RequestID); ok {
 		w.RequestID = v.AsString()
 	}
-	depth := map[trace.SpanID]int{root.SpanContext().SpanID(): 0}
-	rest := make([]sdktrace.ReadOnlySpan, 0, len(spans)-1)
+	// Depth first: each span's children in start order, except that
+	// detokenization, which runs alongside the decode segments from the
+	// first token to the last, comes last among its siblings. A P/D trace
+	// nests the instances' request trees under the router's root.
+	kids := map[trace.SpanID][]sdktrace.ReadOnlySpan{}
 	for _, s := range spans {
 		if s != root {
-			rest = append(rest, s)
+			kids[s.Parent().SpanID()] = append(kids[s.Parent().SpanID()], s)
 		}
 	}
-	// Start order, except that detokenization, which runs alongside the
-	// decode segments from the first token to the last, comes last.
-	slices.SortStableFunc(rest, func(a, b sdktrace.ReadOnlySpan) int {
-		da, db := phaseOf(a) == PhaseDetokenize, phaseOf(b) == PhaseDetokenize
-		if da != db {
-			if da {
-				return 1
+	var walk func(s sdktrace.ReadOnlySpan, depth int)
+	walk = func(s sdktrace.ReadOnlySpan, depth int) {
+		w.Rows = append(w.Rows, row(s, w.Start, depth))
+		ks := kids[s.SpanContext().SpanID()]
+		slices.SortStableFunc(ks, func(a, b sdktrace.ReadOnlySpan) int {
+			da, db := phaseOf(a) == PhaseDetokenize, phaseOf(b) == PhaseDetokenize
+			if da != db {
+				if da {
+					return 1
+				}
+				return -1
 			}
-			return -1
+			if c := a.StartTime().Compare(b.StartTime()); c != 0 {
+				return c
+			}
+			return phaseOrder(phaseOf(a)) - phaseOrder(phaseOf(b))
+		})
+		for _, k := range ks {
+			walk(k, depth+1)
 		}
-		if c := a.StartTime().Compare(b.StartTime()); c != 0 {
-			return c
-		}
-		return phaseOrder(phaseOf(a)) - phaseOrder(phaseOf(b))
-	})
-	w.Rows = append(w.Rows, row(root, w.Start, 0))
-	// Parents start no later than their children, so one pass in start
-	// order sees every parent first; anything else hangs under the root.
-	for _, s := range rest {
-		d, ok := depth[s.Parent().SpanID()]
-		if !ok {
-			d = 0
-		}
-		depth[s.SpanContext().SpanID()] = d + 1
-		w.Rows = append(w.Rows, row(s, w.Start, d+1))
 	}
+	walk(root, 0)
 	return w, nil
 }
 
@@ -154,6 +156,10 @@ func phaseOf(s sdktrace.ReadOnlySpan) Phase {
 		return PhaseDecode
 	case attributes.SpanDetokenize:
 		return PhaseDetokenize
+	case attributes.SpanKVTransfer:
+		return PhaseKVTransfer
+	case attributes.SpanEncode:
+		return PhaseEncode
 	}
 	if s.SpanKind() == trace.SpanKindServer {
 		return PhaseRequest
@@ -162,7 +168,8 @@ func phaseOf(s sdktrace.ReadOnlySpan) Phase {
 }
 
 func phaseOrder(p Phase) int {
-	return slices.Index([]Phase{PhaseRequest, PhaseInput, PhaseHandoff, PhaseQueue, PhasePrefill, PhaseDecode, PhasePreempted, PhaseRecompute, PhaseDetokenize, PhaseOther}, p)
+	return slices.Index([]Phase{PhaseRequest, PhaseInput, PhaseHandoff, PhaseQueue, PhaseKVTransfer, PhaseEncode, PhasePrefill, PhaseDecode,
+		PhasePreempted, PhaseRecompute, PhaseDetokenize, PhaseOther}, p)
 }
 
 func row(s sdktrace.ReadOnlySpan, t0 time.Time, depth int) Row {
@@ -174,45 +181,126 @@ func row(s sdktrace.ReadOnlySpan, t0 time.Time, depth int) Row {
 		Offset: s.StartTime().Sub(t0),
 		Dur:    max(s.EndTime().Sub(s.StartTime()), 0),
 	}
-	a := s.Attributes()
-	intAttr := func(k attribute.Key) (int64, bool) {
-		v, ok := attr(a, k)
-		return v.AsInt64(), ok
-	}
-	switch r.Phase {
-	case PhaseQueue:
-		r.Label += " (new)"
-	case PhasePreempted:
-		r.Label += " (preempted)"
-	case PhasePrefill, PhaseRecompute:
-		var extra []string
-		if r.Phase == PhaseRecompute {
-			extra = append(extra, "recompute")
-		}
-		if n, ok := intAttr(attributes.PrefillComputedTokens); ok {
-			tok := fmt.Sprintf("%d tok", n)
-			if c, ok := intAttr(attributes.PrefillCachedTokens); ok && c > 0 {
-				tok += fmt.Sprintf(", %d cached", c)
-			}
-			extra = append(extra, tok)
-		}
-		if n, ok := intAttr(attributes.PrefillChunks); ok && n > 1 {
-			extra = append(extra, fmt.Sprintf("%d chunks", n))
-		}
-		if len(extra) > 0 {
-			r.Label += " (" + strings.Join(extra, ", ") + ")"
-		}
-	case PhaseDecode:
-		seg, _ := intAttr(attributes.DecodeSegment)
-		r.Label += fmt.Sprintf(" #%d", seg)
-		if n, ok := intAttr(attributes.DecodeOutputTokens); ok {
-			r.Label += fmt.Sprintf(" (%d tok)", n)
-		}
-	}
+	r.Label += label(r.Phase, s)
 	for _, ev := range s.Events() {
 		r.Marks = append(r.Marks, ev.Time.Sub(t0))
 	}
 	return r
+}
+
+// label is what distinguishes a span of its phase: the queue's reason, a
+// prefill's tokens, a decode segment's number and tokens, a transfer's
+// size, an encoder run's images, an instance's part in P/D.
+func label(p Phase, s sdktrace.ReadOnlySpan) string {
+	a := s.Attributes()
+	switch p {
+	case PhaseRequest:
+		var tags []string
+		if v, ok := attr(a, attributes.PDRole); ok {
+			tags = append(tags, v.AsString())
+		} else if _, ok := attr(a, attributes.PDPrefillDuration); ok {
+			tags = append(tags, "router")
+		}
+		if v, ok := attr(a, attributes.LoRAAdapter); ok {
+			tags = append(tags, "lora "+v.AsString())
+		}
+		if len(tags) > 0 {
+			return " [" + strings.Join(tags, ", ") + "]"
+		}
+	case PhaseQueue:
+		reason := attributes.QueueReasonNew
+		if v, ok := attr(a, attributes.QueueReason); ok {
+			reason = v.AsString()
+		}
+		return " (" + reason + ")"
+	case PhasePreempted:
+		return " (preempted)"
+	case PhasePrefill, PhaseRecompute:
+		return paren(prefillLabel(p, a))
+	case PhaseDecode:
+		seg, _ := intAttr(a, attributes.DecodeSegment)
+		return fmt.Sprintf(" #%d", seg) + paren(decodeLabel(a))
+	case PhaseKVTransfer:
+		return paren(transferLabel(s, a))
+	case PhaseEncode:
+		return paren(encodeLabel(a))
+	}
+	return ""
+}
+
+func intAttr(a []attribute.KeyValue, k attribute.Key) (int64, bool) {
+	v, ok := attr(a, k)
+	return v.AsInt64(), ok
+}
+
+func paren(parts []string) string {
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func prefillLabel(p Phase, a []attribute.KeyValue) []string {
+	var extra []string
+	if p == PhaseRecompute {
+		extra = append(extra, "recompute")
+	}
+	if n, ok := intAttr(a, attributes.PrefillComputedTokens); ok {
+		tok := fmt.Sprintf("%d tok", n)
+		if c, ok := intAttr(a, attributes.PrefillCachedTokens); ok && c > 0 {
+			tok += fmt.Sprintf(", %d cached", c)
+		}
+		if c, ok := intAttr(a, attributes.PrefillRemoteTokens); ok && c > 0 {
+			tok += fmt.Sprintf(", %d remote", c)
+		}
+		extra = append(extra, tok)
+	}
+	if n, ok := intAttr(a, attributes.PrefillChunks); ok && n > 1 {
+		extra = append(extra, fmt.Sprintf("%d chunks", n))
+	}
+	return extra
+}
+
+func decodeLabel(a []attribute.KeyValue) []string {
+	var extra []string
+	if n, ok := intAttr(a, attributes.DecodeOutputTokens); ok {
+		extra = append(extra, fmt.Sprintf("%d tok", n))
+	}
+	if d, ok := intAttr(a, attributes.SpecDraftTokens); ok && d > 0 {
+		acc, _ := intAttr(a, attributes.SpecAcceptedTokens)
+		extra = append(extra, fmt.Sprintf("%d/%d draft accepted", acc, d))
+	}
+	return extra
+}
+
+func transferLabel(s sdktrace.ReadOnlySpan, a []attribute.KeyValue) []string {
+	var extra []string
+	if s.Status().Code == codes.Error {
+		extra = append(extra, "FAILED")
+	} else if n, ok := intAttr(a, attributes.KVTransferTokens); ok {
+		extra = append(extra, fmt.Sprintf("%d tok", n))
+		if b, ok := intAttr(a, attributes.KVTransferBytes); ok && b > 0 {
+			extra = append(extra, fmt.Sprintf("%.1f MB", float64(b)/1e6))
+		}
+	}
+	if v, ok := attr(a, attributes.KVTransferSource); ok {
+		extra = append(extra, "from "+v.AsString())
+	}
+	return extra
+}
+
+func encodeLabel(a []attribute.KeyValue) []string {
+	var extra []string
+	if n, ok := intAttr(a, attributes.EncodeItems); ok {
+		extra = append(extra, fmt.Sprintf("%d item(s)", n))
+	}
+	if n, ok := intAttr(a, attributes.EncodeTokens); ok {
+		extra = append(extra, fmt.Sprintf("%d tok", n))
+	}
+	if v, ok := attr(a, attributes.EncodeCacheHit); ok && v.AsBool() {
+		extra = append(extra, "cache hit")
+	}
+	return extra
 }
 
 // Glyph is the bar character of a phase on the terminal.
@@ -232,12 +320,16 @@ func Glyph(p Phase) rune {
 		return '▓'
 	case PhaseDecode:
 		return '█'
+	case PhaseKVTransfer:
+		return '≈'
+	case PhaseEncode:
+		return '◆'
 	}
 	return '▪'
 }
 
 // Legend explains the glyphs.
-const Legend = "─ request  ▒ input/detokenize  ┄ handoff  ░ queued  ╳ preempted  ▓ prefill  █ decode"
+const Legend = "─ request  ▒ input/detokenize  ┄ handoff  ░ queued  ╳ preempted  ▓ prefill  █ decode  ≈ KV transfer  ◆ encode"
 
 // Text draws w on a terminal: one line per span with its offset from the
 // request's arrival, its duration and a bar barWidth characters wide for the

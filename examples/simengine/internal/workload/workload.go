@@ -26,6 +26,14 @@ type Request struct {
 	Arrival      time.Time
 	PromptTokens int
 	OutputTokens int
+	// Adapter is the LoRA adapter serving the request ("" for the base
+	// model; AssignAdapters).
+	Adapter string
+	// Images is the number of images the request carries (AssignImages);
+	// ImagesLast places them at the end of the prompt instead of right
+	// after the system prompt.
+	Images     int
+	ImagesLast bool
 }
 
 // Workload is a named list of requests in arrival order.

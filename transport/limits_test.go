@@ -1,0 +1,418 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// emfileListener fails its first n accepts as a process at its
+// file-descriptor limit does.
+type emfileListener struct {
+	net.Listener
+	n atomic.Int64
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	if l.n.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "unix", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestAcceptErrorsBackOffAndGoOn: at the fd limit accept fails with EMFILE;
+// the collector counts it, backs off and serves the next connection
+// instead of returning (which ended `llmtrace collect`).
+func TestAcceptErrorsBackOffAndGoOn(t *testing.T) {
+	e := newEnv(t, Config{})
+	inner, err := Listen(Addr{"tcp", "127.0.0.1:0"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &emfileListener{Listener: inner}
+	l.n.Store(5)
+	served := make(chan error, 1)
+	go func() { served <- e.c.Serve(l) }()
+	conn, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := AppendHeader(nil)
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	for _, u := range lifecycle("after-emfile", t0) {
+		b = AppendUpdate(b, &u, Stamp{Ns: u.Time.UnixNano()})
+	}
+	conn.Write(b)
+	conn.Close()
+	checkLifecycle(t, e.waitStat("after-emfile"), t0)
+	if n := e.c.Stats().AcceptErrors; n != 5 {
+		t.Errorf("%d accept errors counted, want 5", n)
+	}
+	if n := e.counter(MetricCollectorErrors, ErrorKey.String("accept")); n != 5 {
+		t.Errorf("metric counts %d accept errors, want 5", n)
+	}
+	select {
+	case err := <-served:
+		t.Fatalf("Serve returned %v", err)
+	default:
+	}
+	e.c.Close(context.Background())
+	if err := <-served; err != nil {
+		t.Errorf("Serve after Close: %v", err)
+	}
+}
+
+// TestMaxConns: at the cap further connections are closed at once and
+// counted; the ones held keep working, and a slot freed is reused.
+func TestMaxConns(t *testing.T) {
+	e := newEnv(t, Config{MaxConns: 3})
+	var held []net.Conn
+	for range 3 {
+		held = append(held, e.dial())
+	}
+	wait(t, "3 streams", func() bool { return e.c.Stats().ActiveStreams == 3 })
+	for range 4 {
+		c := e.dial()
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Error("a connection beyond the cap was served")
+		}
+		c.Close()
+	}
+	if st := e.c.Stats(); st.Refused != 4 || st.ActiveStreams != 3 {
+		t.Errorf("stats %+v, want 4 refused and 3 active", st)
+	}
+	if n := e.counter(MetricCollectorErrors, ErrorKey.String("refused")); n != 4 {
+		t.Errorf("refused metric %d", n)
+	}
+	// The held connections still deliver.
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	b := AppendHeader(nil)
+	for _, u := range lifecycle("held", t0) {
+		b = AppendUpdate(b, &u, Stamp{Ns: u.Time.UnixNano()})
+	}
+	held[0].Write(b)
+	held[0].Close()
+	checkLifecycle(t, e.waitStat("held"), t0)
+	wait(t, "a slot to free", func() bool { return e.c.Stats().ActiveStreams == 2 })
+	goodStream(t, e, "reused")
+	e.waitStat("reused")
+	for _, c := range held[1:] {
+		c.Close()
+	}
+}
+
+// TestIdleTimeout: a connection that sends nothing is closed after
+// IdleTimeout and counted; one that pings stays open.
+func TestIdleTimeout(t *testing.T) {
+	e := newEnv(t, Config{IdleTimeout: 300 * time.Millisecond})
+	silent := e.dial()
+	defer silent.Close()
+	silent.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := silent.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read from the collector")
+	}
+	wait(t, "the timeout counted", func() bool { return e.c.Stats().TimedOut == 1 })
+
+	// A producer that only pings is kept: its stream is open well past
+	// several idle timeouts, then delivers.
+	p, err := NewProducer(ProducerConfig{Addr: "unix:" + e.sock, Name: "pinger", PingInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	wait(t, "the producer to connect", func() bool { return p.Stats().Connects == 1 })
+	time.Sleep(time.Second) // three idle timeouts; pings keep it open
+	t0 := time.Now()
+	for _, u := range lifecycle("pinged", t0) {
+		p.Send(u)
+	}
+	checkLifecycleTimes(t, e.waitStat("pinged"))
+	if st := p.Stats(); st.Connects != 1 || st.Lost != 0 {
+		t.Errorf("producer %+v: the pinging connection was dropped", st)
+	}
+	if n := e.c.Stats().TimedOut; n != 1 {
+		t.Errorf("%d timeouts, want only the silent connection's", n)
+	}
+}
+
+// tokenStream is a complete request's stream opened by a HELLO with tok
+// (none when empty), in either encoding.
+func tokenStream(id, tok string, json bool) []byte {
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	h := Hello{Producer: "p-" + id, WallNs: t0.UnixNano(), MonoNs: 1, Token: tok}
+	if json {
+		b := []byte(`{"type":"HELLO","producer":"x","wall_ts":1700000000,"mono_ts":1`)
+		if tok != "" {
+			b = append(b, `,"token":"`+tok+`"`...)
+		}
+		b = append(b, "}\n"...)
+		for _, u := range lifecycle(id, t0) {
+			b = AppendUpdateJSON(b, &u)
+		}
+		return b
+	}
+	b := AppendHello(AppendHeader(nil), h)
+	for _, u := range lifecycle(id, t0) {
+		b = AppendUpdate(b, &u, Stamp{Ns: u.Time.UnixNano()})
+	}
+	return b
+}
+
+// TestTokenOnTCP: with a token, a TCP stream must open with a HELLO
+// carrying it, in both encodings; Unix sockets are trusted.
+func TestTokenOnTCP(t *testing.T) {
+	const tok = "s3cret-token"
+	e := newEnv(t, Config{Token: tok})
+	l, err := Listen(Addr{"tcp", "127.0.0.1:0"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go e.c.Serve(l)
+	send := func(b []byte) {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(b)
+		c.(*net.TCPConn).CloseWrite()
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		io.Copy(io.Discard, c) // the collector closes its end
+		c.Close()
+	}
+	unauthorized := 0
+	for _, enc := range []bool{false, true} {
+		name := map[bool]string{false: "binary", true: "json"}[enc]
+		send(tokenStream(name+"-ok", tok, enc))
+		e.waitStat(name + "-ok")
+		for i, bad := range []string{"", "wrong-token!", tok + "x"} {
+			send(tokenStream(fmt.Sprint(name, "-bad", i), bad, enc))
+			unauthorized++
+			wait(t, "unauthorized counted", func() bool { return e.c.Stats().Unauthorized == int64(unauthorized) })
+		}
+	}
+	// An update before any HELLO is no way in either.
+	early := AppendHeader(nil)
+	for _, u := range lifecycle("x", time.Unix(1_700_000_000, 0)) {
+		early = AppendUpdate(early, &u, Stamp{Ns: u.Time.UnixNano()})
+	}
+	early = AppendHello(early, Hello{WallNs: 1, Token: tok})
+	send(early)
+	unauthorized++
+	wait(t, "unauthorized counted", func() bool { return e.c.Stats().Unauthorized == int64(unauthorized) })
+	time.Sleep(50 * time.Millisecond)
+	for id := range e.stats {
+		if strings.Contains(id, "bad") || id == "x" {
+			t.Errorf("%s was recorded without the token", id)
+		}
+	}
+	if n := e.counter(MetricCollectorErrors, ErrorKey.String("unauthorized")); n != int64(unauthorized) {
+		t.Errorf("unauthorized metric %d, want %d", n, unauthorized)
+	}
+	// The Unix socket needs none.
+	goodStream(t, e, "unix-trusted")
+	e.waitStat("unix-trusted")
+
+	// A Producer with the token gets in over TCP, in both encodings.
+	for _, js := range []bool{false, true} {
+		p, err := NewProducer(ProducerConfig{Addr: "tcp:" + l.Addr().String(), Token: tok, JSON: js})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := fmt.Sprint("producer-json=", js)
+		for _, u := range lifecycle(id, time.Now()) {
+			p.Send(u)
+		}
+		checkLifecycleTimes(t, e.waitStat(id))
+		p.Close(context.Background())
+	}
+}
+
+// TestTokenOnHTTP: POST /v1/updates with the token as a bearer header, or
+// in the body's HELLO; without it 401 and nothing recorded.
+func TestTokenOnHTTP(t *testing.T) {
+	const tok = "http-token"
+	e := newEnv(t, Config{Token: tok})
+	srv, err := NewServer(ServerConfig{Collector: Config{Tracker: e.tr, Token: tok}, HTTPAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Error(err)
+		}
+	}()
+	url := "http://" + srv.HTTPAddr().String() + "/v1/updates"
+	post := func(body []byte, auth string) int {
+		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st StreamStats
+		json.NewDecoder(resp.Body).Decode(&st)
+		return resp.StatusCode
+	}
+	defer http.DefaultClient.CloseIdleConnections()
+	for _, tc := range []struct {
+		id   string
+		body []byte
+		auth string
+		want int
+	}{
+		{"bearer", tokenStream("bearer", "", true), "Bearer " + tok, http.StatusAccepted},
+		{"hello", tokenStream("hello", tok, false), "", http.StatusAccepted},
+		{"none", tokenStream("none", "", true), "", http.StatusUnauthorized},
+		{"wrong-bearer", tokenStream("wrong-bearer", tok, true), "Bearer nope", http.StatusUnauthorized},
+		{"wrong-hello", tokenStream("wrong-hello", "nope", false), "", http.StatusUnauthorized},
+	} {
+		if got := post(tc.body, tc.auth); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.id, got, tc.want)
+		}
+	}
+	// The accepted bodies are recorded by the server's own collector.
+	wait(t, "two accepted", func() bool { return srv.Collector().Stats().Updates == 20 })
+	if n := srv.Collector().Stats().Unauthorized; n != 3 {
+		t.Errorf("%d unauthorized, want 3", n)
+	}
+}
+
+// TestServerHTTPLoopbackRule: -http follows -listen tcp's rule.
+func TestServerHTTPLoopbackRule(t *testing.T) {
+	tr, err := otelstats.NewTracker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	for _, addr := range []string{":0", "0.0.0.0:0", "[::]:0"} {
+		_, err := NewServer(ServerConfig{Collector: Config{Tracker: tr}, HTTPAddr: addr})
+		if !errors.Is(err, ErrNotLoopback) {
+			t.Errorf("HTTPAddr %q: %v, want ErrNotLoopback", addr, err)
+		}
+	}
+	srv, err := NewServer(ServerConfig{Collector: Config{Tracker: tr}, HTTPAddr: ":0", AllowRemote: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+}
+
+// TestServerHTTPLimits: the HTTP server has its timeouts and header cap,
+// and its connections count against MaxConns.
+func TestServerHTTPLimits(t *testing.T) {
+	tr, err := otelstats.NewTracker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	srv, err := NewServer(ServerConfig{Collector: Config{Tracker: tr, MaxConns: 2}, HTTPAddr: "127.0.0.1:0",
+		ReadHeaderTimeout: 100 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, MaxHeaderBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := srv.srv; s.ReadTimeout != 300*time.Millisecond || s.IdleTimeout != DefaultHTTPIdleTimeout ||
+		s.WriteTimeout != DefaultHTTPWriteTimeout || s.MaxHeaderBytes != 4096 || s.ReadHeaderTimeout != 100*time.Millisecond {
+		t.Errorf("http.Server limits %v %v %v %v %v", s.ReadHeaderTimeout, s.ReadTimeout, s.WriteTimeout, s.IdleTimeout, s.MaxHeaderBytes)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- srv.Run(ctx) }()
+	addr := srv.HTTPAddr().String()
+	// A client that never finishes its header is cut off.
+	slow, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow.Write([]byte("POST /v1/updates HTTP/1.1\r\nHost: x\r\n"))
+	slow.SetReadDeadline(time.Now().Add(20 * time.Second))
+	io.Copy(io.Discard, slow)
+	slow.Close()
+	// A body that stalls is cut at ReadTimeout and counted.
+	trickle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trickle.Write([]byte("POST /v1/updates HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"request_id\""))
+	trickle.SetReadDeadline(time.Now().Add(20 * time.Second))
+	io.Copy(io.Discard, trickle)
+	trickle.Close()
+	wait(t, "the stalled body counted", func() bool { return srv.Collector().Stats().TimedOut == 1 })
+	// Two held connections fill the cap; a third is closed at once.
+	a, _ := net.Dial("tcp", addr)
+	b, _ := net.Dial("tcp", addr)
+	wait(t, "two conns held", func() bool { return srv.col.open.Load() == 2 })
+	c, _ := net.Dial("tcp", addr)
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("a third connection was served")
+	}
+	c.Close()
+	if n := srv.Collector().Stats().Refused; n != 1 {
+		t.Errorf("%d refused, want 1", n)
+	}
+	// A header over the cap is refused by net/http with 431.
+	a.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8192) + "\r\n\r\n"))
+	a.SetReadDeadline(time.Now().Add(20 * time.Second))
+	line := make([]byte, 12)
+	io.ReadFull(a, line)
+	if !strings.HasPrefix(string(line), "HTTP/1.1 431") {
+		t.Errorf("oversized header answered %q", line)
+	}
+	a.Close()
+	b.Close()
+	cancel()
+	if err := <-ran; err != nil {
+		t.Error(err)
+	}
+	if n := srv.col.open.Load(); n != 0 {
+		t.Errorf("%d connection slots still held after Run", n)
+	}
+}
+
+// TestHelloFieldsRoundTrip: side and token survive the binary HELLO, and
+// a HELLO without them (the version-1 form) still decodes.
+func TestHelloFieldsRoundTrip(t *testing.T) {
+	for _, h := range []Hello{
+		{Producer: "e", WallNs: 5, MonoNs: 6, Side: otelstats.SideEngine, Token: "t"},
+		{Producer: "f", WallNs: 5, MonoNs: 6, Side: otelstats.SideFrontend},
+		{Producer: "", WallNs: 5, MonoNs: 0},
+	} {
+		f, _, err := DecodeFrame(AppendHello(nil, h), DefaultMaxFrame)
+		if err != nil || f.Hello != h {
+			t.Errorf("%+v: decoded %+v, %v", h, f.Hello, err)
+		}
+	}
+	// A bad side is malformed.
+	b := AppendHello(nil, Hello{WallNs: 5})
+	b = append(b, helloSide, 7)
+	b[3] += 2
+	if _, _, err := DecodeFrame(b, DefaultMaxFrame); !errors.Is(err, ErrMalformed) {
+		t.Errorf("side 7: %v", err)
+	}
+	// PING decodes as a frame of its own type and is skipped by streams.
+	f, n, err := DecodeFrame(AppendPing(nil), DefaultMaxFrame)
+	if err != nil || f.Type != FramePing || n != 5 {
+		t.Errorf("PING: %+v %d %v", f, n, err)
+	}
+}

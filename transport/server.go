@@ -1,0 +1,275 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Defaults of a Server's HTTP limits.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultHTTPReadTimeout   = time.Minute
+	DefaultHTTPWriteTimeout  = time.Minute
+	DefaultHTTPIdleTimeout   = 2 * time.Minute
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultDrainTimeout      = 10 * time.Second
+)
+
+// ServerConfig configures a Server: where producers connect, and the
+// limits of the HTTP server. The Collector's own bounds (queue, connection
+// cap, idle timeout, token, body limit) are in Collector.
+type ServerConfig struct {
+	// Collector configures the collector the server feeds. Its Tracker is
+	// required.
+	Collector Config
+	// Listen are the stream addresses (Unix sockets, TCP).
+	Listen []Addr
+	// HTTPAddr, when set, serves POST /v1/updates and GET /healthz (and
+	// Handlers) on this TCP address.
+	HTTPAddr string
+	// Handlers are more routes of the HTTP server, such as /metrics.
+	Handlers map[string]http.Handler
+	// Stdin, when set, is read as one trusted stream named "stdin". When it
+	// is the only input, Run returns when it ends.
+	Stdin io.Reader
+	// AllowRemote lets TCP addresses (Listen and HTTPAddr) be other than
+	// loopback. Without it a non-loopback address is refused with
+	// ErrNotLoopback: set Collector.Token when producers come from other
+	// hosts.
+	AllowRemote bool
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout are the
+	// HTTP server's (defaults 10 s, 1 min, 1 min, 2 min); MaxHeaderBytes
+	// bounds a request's header (default 64 KiB). The body is bounded by
+	// Collector.MaxBody.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	MaxHeaderBytes                                            int
+	// DrainTimeout bounds Run's shutdown: the HTTP server's and the
+	// collector's drain (default 10 s).
+	DrainTimeout time.Duration
+	// Logger gets the listening addresses and serving errors; the
+	// Collector's Logger when nil.
+	Logger *slog.Logger
+}
+
+// Server is a Collector with its listeners and HTTP server: NewServer
+// listens, Run serves until its context ends and drains. A Server is run
+// once; its methods are safe for concurrent use.
+type Server struct {
+	cfg       ServerConfig
+	col       *Collector
+	log       *slog.Logger
+	listeners []net.Listener
+	httpL     net.Listener
+	addrs     []Addr
+	httpAddr  net.Addr
+	srv       *http.Server
+}
+
+// NewServer creates the collector and listens on every address, so a
+// taken or refused address fails here, before anything runs. Close the
+// server with Run (or, if it is never run, Close).
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if len(cfg.Listen) == 0 && cfg.HTTPAddr == "" && cfg.Stdin == nil {
+		return nil, errors.New("transport: nothing to serve: no Listen address, HTTPAddr or Stdin")
+	}
+	setServerDefaults(&cfg)
+	col, err := NewCollector(cfg.Collector)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, col: col, log: cfg.Logger}
+	if s.log == nil {
+		s.log = col.log
+	}
+	if err := s.listen(); err != nil {
+		s.closeListeners()
+		_ = col.Close(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+func setServerDefaults(cfg *ServerConfig) {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	def(&cfg.ReadTimeout, DefaultHTTPReadTimeout)
+	def(&cfg.WriteTimeout, DefaultHTTPWriteTimeout)
+	def(&cfg.IdleTimeout, DefaultHTTPIdleTimeout)
+	def(&cfg.DrainTimeout, DefaultDrainTimeout)
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+}
+
+func (s *Server) listen() error {
+	for _, a := range s.cfg.Listen {
+		l, err := Listen(a, s.cfg.AllowRemote)
+		if err != nil {
+			return err
+		}
+		s.listeners = append(s.listeners, l)
+		got := Addr{a.Network, l.Addr().String()}
+		s.addrs = append(s.addrs, got)
+		s.log.Info("listening", "addr", got.String(), "token", s.col.needsAuth(l.Addr()))
+	}
+	if s.cfg.HTTPAddr == "" {
+		return nil
+	}
+	l, err := Listen(Addr{"tcp", s.cfg.HTTPAddr}, s.cfg.AllowRemote)
+	if err != nil {
+		return fmt.Errorf("HTTP address: %w", err)
+	}
+	s.httpL = &limitListener{Listener: l, c: s.col}
+	s.httpAddr = l.Addr()
+	s.log.Info("serving HTTP", "addr", l.Addr().String(), "token", s.col.cfg.Token != "")
+	mux := http.NewServeMux()
+	mux.Handle("/", s.col.Handler())
+	for p, h := range s.cfg.Handlers {
+		mux.Handle(p, h)
+	}
+	s.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.WriteTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	return nil
+}
+
+// Addrs returns the addresses listened on, with the ports the system chose
+// for port 0.
+func (s *Server) Addrs() []Addr { return s.addrs }
+
+// HTTPAddr returns the HTTP server's address, or nil.
+func (s *Server) HTTPAddr() net.Addr { return s.httpAddr }
+
+// Collector returns the server's collector (for its Stats).
+func (s *Server) Collector() *Collector { return s.col }
+
+// Run serves until ctx ends — or, when Stdin is the only input, until
+// Stdin ends — then stops listening, lets open connections deliver what
+// they sent, records what is queued and returns. It returns the first
+// serving error (nil when the context ended). It does not shut the Tracker
+// down.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, len(s.listeners)+1)
+	var serving sync.WaitGroup
+	for _, l := range s.listeners {
+		serving.Add(1)
+		go func() {
+			defer serving.Done()
+			if err := s.col.Serve(l); err != nil {
+				errc <- err
+			}
+		}()
+	}
+	if s.srv != nil {
+		serving.Add(1)
+		go func() {
+			defer serving.Done()
+			if err := s.srv.Serve(s.httpL); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	stdinDone := make(chan struct{})
+	if s.cfg.Stdin != nil {
+		go func() {
+			defer close(stdinDone)
+			st := s.col.ServeStream(s.cfg.Stdin, "stdin")
+			s.col.logStream("stdin", &st)
+		}()
+	}
+	var onlyStdin <-chan struct{}
+	if len(s.listeners) == 0 && s.srv == nil {
+		onlyStdin = stdinDone
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		s.log.Error("serving failed", "err", err)
+	case <-onlyStdin:
+	}
+	derr := s.drain()
+	serving.Wait()
+	return errors.Join(err, derr)
+}
+
+// drain stops the HTTP server and closes the collector within DrainTimeout.
+func (s *Server) drain() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	var errs []error
+	if s.srv != nil {
+		if err := s.srv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("http drain: %w", err))
+			_ = s.srv.Close()
+		}
+	}
+	if err := s.col.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("queue not drained: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Close releases what NewServer took when Run is never called.
+func (s *Server) Close() error {
+	s.closeListeners()
+	return s.col.Close(context.Background())
+}
+
+func (s *Server) closeListeners() {
+	for _, l := range s.listeners {
+		_ = l.Close()
+	}
+	if s.httpL != nil {
+		_ = s.httpL.Close()
+	}
+}
+
+// limitListener holds the HTTP server's connections to the collector's
+// MaxConns, shared with its stream listeners.
+type limitListener struct {
+	net.Listener
+	c *Collector
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err // net/http backs off on temporary errors
+		}
+		if l.c.admitConn() {
+			return &releaseConn{Conn: conn, c: l.c}, nil
+		}
+		_ = conn.Close()
+	}
+}
+
+// releaseConn gives its slot back once, at the first Close.
+type releaseConn struct {
+	net.Conn
+	c    *Collector
+	once sync.Once
+}
+
+func (rc *releaseConn) Close() error {
+	rc.once.Do(rc.c.releaseConn)
+	return rc.Conn.Close()
+}
