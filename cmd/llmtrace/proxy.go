@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmtrace/llmtrace/internal/debugsrv"
 	"github.com/llmtrace/llmtrace/internal/spanlog"
 	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelconf"
@@ -32,6 +33,7 @@ func init() {
 // proxyConfig is what the proxy's flags say.
 type proxyConfig struct {
 	listen, metricsListen string
+	debugListen           string
 	upstream              *url.URL
 	trust, public         bool
 	serverTiming          bool
@@ -73,6 +75,7 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 	models := fs.String("models", "", "comma-separated models that keep their own metric series (default: the upstream's /v1/models)")
 	fs.DurationVar(&c.modelsWait, "models-wait", 10*time.Second, "without -models, how long to ask the upstream's /v1/models at start (0: don't; then the first 64 models whose requests succeed keep their series)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address")
+	fs.StringVar(&c.debugListen, "debug-listen", "", "serve the process's pprof profiles (/debug/pprof/) and runtime figures (/debug/vars) on this address; bind it to loopback")
 	fs.StringVar(&c.statsOut, "stats-out", "", "write one RequestStats JSON object per finished request to FILE (- for stdout)")
 	fs.StringVar(&c.spansOut, "spans-out", "", "write every span as a JSON line to FILE (- for stdout), flushed every second")
 	fs.DurationVar(&c.statsLog, "stats-log", 10*time.Second, "interval of the stats line on stderr (0: off)")
@@ -150,6 +153,14 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 			return err
 		}
 		defer ml.Close()
+	}
+	if c.debugListen != "" {
+		addr, stop, err := debugsrv.Serve(c.debugListen)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		logger.Info("debug endpoints", "listen", addr)
 	}
 	cfg := otelconf.Config{ServiceName: "llmtrace-proxy", Prometheus: ml != nil}
 	stopSpans, err := spansOut(c.spansOut, stdout, &cfg)

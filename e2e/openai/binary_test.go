@@ -26,7 +26,7 @@ var proxyFlags = []string{
 	"listen", "upstream", "trust-traceparent", "public", "server-timing", "stall-factor", "stall-min",
 	"models", "models-wait", "metrics-listen", "stats-out", "spans-out", "stats-log", "drain",
 	"body-budget", "event-limit", "read-header-timeout", "read-timeout", "idle-timeout", "max-header-bytes",
-	"upstream-header-timeout", "upstream-dial-timeout",
+	"upstream-header-timeout", "upstream-dial-timeout", "debug-listen",
 }
 
 func TestProxyBinaryHelpListsEveryFlag(t *testing.T) {
@@ -144,6 +144,25 @@ func TestProxyBinaryModels(t *testing.T) {
 				t.Errorf("stderr lacks %q:\n%s", c.log, b)
 			}
 		})
+	}
+}
+
+// -debug-listen serves the process's runtime figures and profiles.
+func TestProxyBinaryDebugListen(t *testing.T) {
+	up := newUpstream(t)
+	debug := freePort(t)
+	px := startProxy(t, up.srv.URL, "-models", "toy", "-debug-listen", debug)
+	postJSON(t, px.url+"/v1/chat/completions", `{"model":"toy","messages":[{"role":"user","content":"x"}]}`)
+	vars := get(t, "http://"+debug+"/debug/vars")
+	index := get(t, "http://"+debug+"/debug/pprof/")
+	px.stop(t)
+	for _, want := range []string{`"memstats"`, `"Mallocs"`, `"process"`, `"cpu_seconds"`, `"max_rss_bytes"`} {
+		if !strings.Contains(vars, want) {
+			t.Errorf("/debug/vars lacks %s:\n%.500s", want, vars)
+		}
+	}
+	if !strings.Contains(index, "heap") || !strings.Contains(index, "profile") {
+		t.Errorf("/debug/pprof/:\n%.500s", index)
 	}
 }
 

@@ -12,7 +12,9 @@
 // Traces and metrics go where the standard OTEL_* variables say (e.g.
 // OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317); /metrics serves
 // Prometheus; /health answers untraced. A stats line like vLLM's goes to
-// stderr every -stats-interval.
+// stderr every -stats-interval. -debug-listen serves the process's pprof
+// profiles and runtime figures (the overhead study in e2e/overhead reads
+// them).
 package main
 
 import (
@@ -28,6 +30,7 @@ import (
 	"time"
 
 	"github.com/llmtrace/llmtrace/examples/httpserver/toyserver"
+	"github.com/llmtrace/llmtrace/internal/debugsrv"
 	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -40,7 +43,17 @@ func main() {
 	tokenDelay := flag.Duration("token-delay", 20*time.Millisecond, "time per decode step")
 	statsInterval := flag.Duration("stats-interval", 10*time.Second, "period of the stats line (0: none)")
 	trust := flag.Bool("trust-traceparent", false, "let callers' traceparent sampled flag decide sampling")
+	debugListen := flag.String("debug-listen", "", "serve pprof profiles (/debug/pprof/) and runtime figures (/debug/vars) on this address")
 	flag.Parse()
+	if *debugListen != "" {
+		addr, stop, err := debugsrv.Serve(*debugListen)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "httpserver: %v\n", err)
+			os.Exit(1)
+		}
+		defer stop()
+		fmt.Fprintf(os.Stderr, "httpserver: debug endpoints on http://%s/debug/\n", addr)
+	}
 	if err := run(*listen, *model, *slots, *tokenDelay, *statsInterval, *trust); err != nil {
 		fmt.Fprintf(os.Stderr, "httpserver: %v\n", err)
 		os.Exit(1)
