@@ -165,6 +165,10 @@
 // engine's own request span (vLLM's llm_request) is its child. Its id is
 // chosen before the span exists, which needs the TracerProvider built with
 // sdktrace.WithIDGenerator(spans.IDGenerator()) — as the tracker does.
+// The spans are built when the request has ended; given the processor the
+// tracker exports through (WithSpanProcessor, WithResource; otelconf's
+// Providers.SpanExport), they are handed to it as finished spans, without
+// the Tracer's live-span machinery, as the tracker hands its own trees.
 // A gap between content chunks longer than StallPolicy.Factor (8) times
 // the median of the request's previous gaps (the last 64) and longer than
 // StallPolicy.Min (100 ms), once 4 gaps are known, is a stall: an event on
