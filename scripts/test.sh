@@ -41,6 +41,12 @@ EXTRA_CHECKS=(
 	"if curl -fsS -m 10 -o /dev/null https://vuln.go.dev/index/db.json 2>/dev/null; then go run golang.org/x/vuln/cmd/govulncheck@v1.9.0 ./...; else echo 'govulncheck: vuln.go.dev unreachable from this machine; not run'; fi"
 	# Every benchmark compiles and runs once, so none rots.
 	"go test -run='^\$' -bench=. -benchtime=1x -count=1 ./..."
+	# The proxy beside httputil.ReverseProxy (BENCHMARKS.md), 20 requests per
+	# mode, so the side-by-side harness, its processes and its checks (every
+	# stream whole, a span per request exported) never rot; it reports the
+	# ratios and asserts none of them (about 10 s). The overhead study's
+	# brief run (e2e/overhead TestOverhead) is part of the e2e module's tests.
+	"go test -run='^\$' -bench='^BenchmarkSideBySide\$' -benchtime=20x -count=1 ./openaihttp"
 	# The tracker's suite again with span trees handed straight to the
 	# span processor (otelstats.WithSpanProcessor) instead of through the
 	# Tracer: both export paths must give the same spans.
