@@ -33,8 +33,6 @@ type hold struct {
 	closed bool
 }
 
-func (b *budget) newHold() *hold { return &hold{b: b} }
-
 // take reserves n more bytes, or reports false (and counts the refusal)
 // when that would pass the budget or the request has ended.
 func (h *hold) take(n int) bool {
