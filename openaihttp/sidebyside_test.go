@@ -171,11 +171,10 @@ func sbsStats() string {
 
 // sbsProcess is a proxy process the benchmark drives.
 type sbsProcess struct {
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	out   *bufio.Scanner
-	addr  string
-	stats sbsCounters
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Scanner
+	addr string
 }
 
 type sbsCounters struct{ cpu, mallocs, bytes, switches int64 }
@@ -360,12 +359,16 @@ type sbsMode struct {
 	client  *http.Client
 	streams int // requests at once
 
-	ttft       []time.Duration // every measured request's
-	roundP50   []float64       // µs, per round
-	roundCPU   []float64       // µs of the proxy's CPU per request, per round
-	roundAlloc []float64       // allocations per request, per round
-	roundBytes []float64       // bytes allocated per request, per round
-	roundSw    []float64       // context switches per request, per round
+	ttft     []time.Duration // every measured request's
+	roundP50 []float64       // µs, per round
+	roundCPU []float64       // µs of the proxy's CPU per request, per round
+	// total is the proxy's counters over all measured rounds, requests
+	// their requests. The costs are totals over requests, not medians of
+	// rounds: the batch processor exports every 1,024 spans (some 170
+	// requests), so most rounds hold no export and a median of rounds
+	// would leave the export's cost out.
+	total    sbsCounters
+	requests int
 }
 
 // round sends n requests one after the other and records them.
@@ -387,10 +390,16 @@ func (m *sbsMode) round(b *testing.B, n int, measure bool) {
 	if m.proc != nil {
 		d := m.proc.sample(b).sub(before)
 		m.roundCPU = append(m.roundCPU, float64(d.cpu)/1e3/float64(n))
-		m.roundAlloc = append(m.roundAlloc, float64(d.mallocs)/float64(n))
-		m.roundBytes = append(m.roundBytes, float64(d.bytes)/float64(n))
-		m.roundSw = append(m.roundSw, float64(d.switches)/float64(n))
+		m.total = sbsCounters{m.total.cpu + d.cpu, m.total.mallocs + d.mallocs, m.total.bytes + d.bytes, m.total.switches + d.switches}
+		m.requests += n
 	}
+}
+
+// perRequest is the proxy's CPU time (µs), allocations, bytes and context
+// switches per measured request.
+func (m *sbsMode) perRequest() (cpu, allocs, bytes, switches float64) {
+	n := float64(max(m.requests, 1))
+	return float64(m.total.cpu) / 1e3 / n, float64(m.total.mallocs) / n, float64(m.total.bytes) / n, float64(m.total.switches) / n
 }
 
 // streams sends n requests, k at a time, and returns their TTFTs.
@@ -455,7 +464,7 @@ const sbsRound = 25
 // export=off runs it with OTEL_SDK_DISABLED=true. Reported: each mode's
 // TTFT p50 (median of the rounds') and p99 (over all requests), each
 // proxy's CPU time, allocations, bytes and context switches per request
-// (medians of the rounds), and the ratios of llmtrace to reverseproxy.
+// (over all measured requests), and the ratios of llmtrace to reverseproxy.
 // The benchmark fails if a stream is not whole or, exporting, the
 // receiver got fewer spans than requests.
 func BenchmarkSideBySide(b *testing.B) {
@@ -538,17 +547,15 @@ func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
 		b.ReportMetric(us(percentile(m.ttft, 99)), m.name+"-ttft-p99-us")
 	}
 	for _, m := range modes[1:] {
-		b.ReportMetric(median(m.roundCPU), m.name+"-cpu-us/req")
-		b.ReportMetric(median(m.roundAlloc), m.name+"-allocs/req")
+		cpu, allocs, _, _ := m.perRequest()
+		b.ReportMetric(cpu, m.name+"-cpu-us/req")
+		b.ReportMetric(allocs, m.name+"-allocs/req")
 	}
-	// The ratio of each round of llmtrace to the reverseproxy round beside
-	// it, their median: steadier than the ratio of medians on a machine
-	// whose speed drifts.
-	ratios := make([]float64, len(ours.roundCPU))
-	for i := range ratios {
-		ratios[i] = ours.roundCPU[i] / rp.roundCPU[i]
-	}
-	b.ReportMetric(median(ratios), "cpu-ratio")
+	// The ratio of the totals: the rounds alternate, so a drift in the
+	// machine's speed falls on both.
+	ourCPU, _, _, _ := ours.perRequest()
+	rpCPU, _, _, _ := rp.perRequest()
+	b.ReportMetric(ourCPU/rpCPU, "cpu-ratio")
 	b.ReportMetric(median(ours.roundP50)-median(rp.roundP50), "ttft-p50-delta-us")
 	b.ReportMetric(us(percentile(ours.ttft, 99)-percentile(rp.ttft, 99)), "ttft-p99-delta-us")
 	var load string
@@ -557,12 +564,13 @@ func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
 	}
 	// Four lines a run: testing keeps ten of a benchmark's, over its runs.
 	b.Logf("%d requests per mode, %d streams at once, rounds of %d; load average %s; spans exported %d, metric exports %d; "+
-		"medians: ttft p50, p99 µs; cpu µs, allocations, bytes, context switches per request",
+		"ttft p50 (median of the rounds), p99 µs; cpu µs, allocations, bytes, context switches per request",
 		len(direct.ttft), direct.streams, sbsRound*direct.streams, load, rec.spans.Load(), rec.metricExports.Load())
 	for _, m := range modes {
 		line := fmt.Sprintf("%-13s %7.0f %7.0f", m.name, median(m.roundP50), us(percentile(m.ttft, 99)))
 		if m.proc != nil {
-			line += fmt.Sprintf(" %7.0f %5.0f %7.0f %5.1f", median(m.roundCPU), median(m.roundAlloc), median(m.roundBytes), median(m.roundSw))
+			cpu, allocs, bytes, switches := m.perRequest()
+			line += fmt.Sprintf(" %7.0f %5.0f %7.0f %5.1f", cpu, allocs, bytes, switches)
 			if os.Getenv("OPENAIHTTP_SBS_ROUNDS") != "" {
 				line += fmt.Sprintf(" rounds %.0f", m.roundCPU)
 			}
