@@ -27,7 +27,8 @@
 //	cd e2e && LLMTRACE_OVERHEAD=full go test -count=1 -timeout=60m -run='^TestOverhead$' -v ./overhead
 //
 // which writes overhead.md (the table), overhead.json and overhead.svg
-// (the plot) to LLMTRACE_OVERHEAD_OUT (default: this directory). Without
+// (the plot) to the repository's docs/, where BENCHMARKS.md shows them
+// (LLMTRACE_OVERHEAD_OUT: another directory). Without
 // LLMTRACE_OVERHEAD=full the test runs every configuration once, briefly,
 // and checks the stack and the figures are sound (what CI runs).
 package overhead
