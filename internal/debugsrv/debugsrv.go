@@ -1,7 +1,7 @@
 // Package debugsrv serves a process's own runtime figures for the
 // binaries' -debug-listen flag: net/http/pprof's profiles under
 // /debug/pprof/ and expvar's /debug/vars (memstats: allocations, heap,
-// GC), the latter with the process's CPU time and peak RSS
+// GC), the latter with the process's CPU time and peak RSS (VmHWM on Linux)
 // ("process": {"cpu_seconds", "max_rss_bytes"}) where the OS gives them.
 // What the overhead study (e2e/overhead) reads, and what an operator
 // profiling a proxy or server in place needs.

@@ -2,10 +2,7 @@
 
 package debugsrv
 
-import (
-	"runtime"
-	"syscall"
-)
+import "syscall"
 
 // processVars is the process's CPU time (user and system, all threads) and
 // peak resident set.
@@ -14,12 +11,8 @@ func processVars() any {
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return nil
 	}
-	rss := int64(ru.Maxrss) * 1024 // Linux and the BSDs: KiB
-	if runtime.GOOS == "darwin" {
-		rss = int64(ru.Maxrss) // bytes
-	}
 	return map[string]any{
 		"cpu_seconds":   float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9,
-		"max_rss_bytes": rss,
+		"max_rss_bytes": peakRSS(&ru),
 	}
 }
