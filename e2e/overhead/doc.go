@@ -22,7 +22,7 @@
 // allocated per request and peak RSS. Configurations alternate in rounds
 // and each figure is the median of the rounds.
 //
-// The one command (about 12 minutes on two cores):
+// The one command (about 15 minutes on two cores: five rounds):
 //
 //	cd e2e && LLMTRACE_OVERHEAD=full go test -count=1 -timeout=60m -run='^TestOverhead$' -v ./overhead
 //
