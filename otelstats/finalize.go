@@ -113,7 +113,7 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 		E2ELatency:               some(time.Duration(end - r.arrived)),
 		NumPreemptions:           int(r.preemptions),
 		NumRecomputeCachedTokens: int(r.recomputeCached),
-		PDRole:                   r.pdRole,
+		PDRole:                   r.pdRole.String(),
 		LoRAAdapter:              r.adapter,
 	}
 	if len(t.cfg.onFinish) > 0 || r.extra != nil && r.extra.onFinish != nil {
@@ -147,7 +147,7 @@ func (r *reqState) endNs() int64 {
 	case r.enFinish != 0:
 		return r.enFinish
 	}
-	return r.lastSeen
+	return r.lastSeen()
 }
 
 // outcome is the request's finish reason and error type; override is the
@@ -297,7 +297,7 @@ func (r *reqState) enEnd() int64 {
 
 func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestStats) {
 	ok := !isFailure(s.FinishReason)
-	k := attrKey{op: r.operation, model: t.models.label(r.model, ok), role: r.pdRole,
+	k := attrKey{op: r.operation, model: t.models.label(r.model, ok), role: r.pdRole.String(),
 		reason: s.FinishReason, errType: s.ErrorType}
 	if r.adapter != "" {
 		k.adapter = t.adapters.label(r.adapter, ok)

@@ -138,12 +138,16 @@ type stepRec struct {
 type reqState struct {
 	// What every token touches comes first, so a decode or a delivery
 	// reads and writes three or four cache lines of the state, not eight.
+	// The handle first of all: a Step by handle reads it, then locks mu,
+	// one cache line.
+	h      Request // the handle Arrive returns: one allocation per request
 	mu     sync.Mutex
 	done   atomic.Bool
 	detail Detail
 
+	// fe.time and en.time are each side's latest update's own time; the
+	// later of the two is the request's (lastSeen).
 	fe, en             sideState
-	lastSeen           int64 // the latest update's own time
 	touched            int64 // when the latest update came, in now()'s terms: the TTL counts from it
 	feTokens, enTokens int64
 	feDeliv, enDeliv   int32
@@ -153,11 +157,17 @@ type reqState struct {
 	// throughput before any engine update reached us; the engine's
 	// DECODINGs for the same tokens are not counted again.
 	genCredit  int32
-	feReported bool // the frontend sent more than ARRIVED
-	runs       []run
+	feReported bool   // the frontend sent more than ARRIVED
+	trusted    bool   // the parent's sampled flag decides
+	pdRole     pdRole // SPEC §7, from ARRIVED or WithPDRole
+	// pending says extra.pending holds deliveries: the per-token path
+	// reads this byte, not the extra pointer's cache line.
+	pending bool
+	runs    []run
 
 	detokFirst, detokLast, detokBusy int64
 	detokCount                       int32
+	feOneShot                        int32 // output tokens of a response in one piece (FINISHED's NumOutputTokens)
 
 	// itl aggregates the gaps of the stream that gives token times: the
 	// engine's until the frontend delivers its first token, then the
@@ -167,30 +177,61 @@ type reqState struct {
 	runsBuf [2]run
 
 	sh *shard
-	h  Request // the handle Arrive returns: one allocation per request
 
 	next *reqState // requests sharing the id; guarded by sh.mu
 
 	id, scope, model, operation string
-	pdRole, adapter             string // SPEC §7 and §9, from ARRIVED
+	adapter                     string // SPEC §9, from ARRIVED
 	traceID                     [16]byte
 	spanID                      [8]byte
 	extra                       *reqExtra
-	trusted                     bool // the parent's sampled flag decides
 
 	arrived, inputProcessed, firstQueued, firstPrefill int64
 	feFinish, enFinish                                 int64
 	waitUntil                                          int64
 
 	feReason, enReason, errorType string
-	feOneShot                     int32 // output tokens of a response in one piece (FINISHED's NumOutputTokens)
 
 	prompt          int32 // -1 unknown
 	cached          int32 // -1 never scheduled
 	recomputeCached int64
-	preemptions     int32
 	preemptedNs     int64
+	preemptions     int32
 	preRunFE        int32
+}
+
+// lastSeen is the latest update's own time: each side's times never go
+// back (admit), so it is the later side's.
+func (r *reqState) lastSeen() int64 { return max(r.fe.time, r.en.time) }
+
+// pdRole is a request's part in disaggregated serving: one of the closed
+// set ARRIVED's PDRole may name, kept in a byte of the hot state.
+type pdRole uint8
+
+const (
+	pdNone pdRole = iota
+	pdPrefill
+	pdDecode
+)
+
+func parsePDRole(s string) pdRole {
+	switch s {
+	case PDRolePrefill:
+		return pdPrefill
+	case PDRoleDecode:
+		return pdDecode
+	}
+	return pdNone
+}
+
+func (p pdRole) String() string {
+	switch p {
+	case pdPrefill:
+		return PDRolePrefill
+	case pdDecode:
+		return PDRoleDecode
+	}
+	return ""
 }
 
 func (r *reqState) matches(scope, model string) bool {
