@@ -42,29 +42,45 @@ func init() {
 // a count and the exact sum in each bucket. At finish, each bucket's gaps are
 // recorded at their mean, which lies inside the bucket, so the exported
 // histogram has exactly the counts and sum of the real gaps while the state
-// stays bounded however long the output is.
+// stays bounded however long the output is. A stream's gaps are steady, so
+// the gaps of the latest bucket gather in curN and curSum, beside the other
+// fields a token touches, and reach n and sum (two more cache lines) only
+// when the bucket changes or at flush.
 type itlHist struct {
-	cnt      uint32
-	last     uint8 // the bucket of the previous gap: a stream's gaps are steady
-	min, max int64
-	n        [nITL]uint32
-	sum      [nITL]int64
+	curN   uint32
+	last   uint8 // the bucket of curN and curSum
+	minInv int64 // math.MaxInt64 - the smallest gap: the zero value means none yet
+	max    int64
+	curSum int64
+	n      [nITL]uint32
+	sum    [nITL]int64
 }
 
 func (h *itlHist) add(gap int64) {
-	i := int(h.last)
-	if !inBucket(gap, i) {
-		i = itlBucket(gap)
-		h.last = uint8(i)
+	if !inBucket(gap, int(h.last)) {
+		h.flush()
+		h.last = uint8(itlBucket(gap))
 	}
-	if h.cnt == 0 || gap < h.min {
-		h.min = gap
-	}
+	h.minInv = max(h.minInv, math.MaxInt64-gap)
 	h.max = max(h.max, gap)
-	h.cnt++
-	h.n[i]++
-	h.sum[i] += gap
+	h.curN++
+	h.curSum += gap
 }
+
+// flush moves the latest bucket's gaps into n and sum; whoever reads n and
+// sum calls it first.
+func (h *itlHist) flush() {
+	h.n[h.last] += h.curN
+	h.sum[h.last] += h.curSum
+	h.curN, h.curSum = 0, 0
+}
+
+// smallest is the smallest gap; valid when any was added (minInv > 0: a gap
+// of math.MaxInt64 ns does not happen).
+func (h *itlHist) smallest() int64 { return math.MaxInt64 - h.minInv }
+
+// empty reports whether no gap was added.
+func (h *itlHist) empty() bool { return h.minInv == 0 }
 
 // inBucket reports whether gap falls in ITL bucket i: (bound[i-1], bound[i]].
 func inBucket(gap int64, i int) bool {
@@ -87,12 +103,15 @@ type sideState struct {
 }
 
 type run struct {
-	start, end       int64 // end: PREEMPTED time, 0 while running or last
-	feFirst, enFirst int64
+	start, end int64 // end: PREEMPTED time, 0 while running or last
+	feFirst    int64
+	// A decode token touches enFirst and enTokens: side by side, they
+	// share a cache line wherever the run lies.
+	enFirst          int64
+	enTokens         int32
+	feTokens         int32
 	computed, cached int32
 	chunks           int32
-	feTokens         int32
-	enTokens         int32
 	// Speculative decoding in this run's decode segment (SPEC §8).
 	draft, accepted, specSteps int32
 	events                     []chunkEvent
@@ -106,6 +125,7 @@ type chunkEvent struct {
 // reqExtra holds what most requests do not need, so reqState stays small.
 type reqExtra struct {
 	sampling *SamplingParams
+	adapter  string // SPEC §9, from ARRIVED: few requests name one
 	parent   trace.SpanContext
 	link     trace.SpanContext // Arrival.Link
 	feITLs   []time.Duration
@@ -138,12 +158,12 @@ type stepRec struct {
 type reqState struct {
 	// What every token touches comes first, so a decode or a delivery
 	// reads and writes three or four cache lines of the state, not eight.
-	// The handle first of all: a Step by handle reads it, then locks mu,
-	// one cache line.
-	h      Request // the handle Arrive returns: one allocation per request
+	// The handle beside mu: a Step by handle reads it, then locks mu, one
+	// cache line. mu first: the lock's address is the state's own.
 	mu     sync.Mutex
 	done   atomic.Bool
 	detail Detail
+	h      Request // the handle Arrive returns: one allocation per request
 
 	// fe.time and en.time are each side's latest update's own time; the
 	// later of the two is the request's (lastSeen).
@@ -181,7 +201,6 @@ type reqState struct {
 	next *reqState // requests sharing the id; guarded by sh.mu
 
 	id, scope, model, operation string
-	adapter                     string // SPEC §9, from ARRIVED
 	traceID                     [16]byte
 	spanID                      [8]byte
 	extra                       *reqExtra
@@ -202,6 +221,14 @@ type reqState struct {
 
 // lastSeen is the latest update's own time: each side's times never go
 // back (admit), so it is the later side's.
+// adapter is the LoRA adapter ARRIVED named, or "".
+func (r *reqState) adapter() string {
+	if r.extra == nil {
+		return ""
+	}
+	return r.extra.adapter
+}
+
 func (r *reqState) lastSeen() int64 { return max(r.fe.time, r.en.time) }
 
 // pdRole is a request's part in disaggregated serving: one of the closed
