@@ -128,23 +128,12 @@ func (t *Tracker) Step(s *Step) error {
 		u := Update{Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens}
 		errs = t.stepDecoded(s, &u, e.Req, ns, step, batch, errs)
 	}
-	for i := range s.SpecDecoded {
-		e := &s.SpecDecoded[i]
-		if q := e.Req; fast && q != nil && q.t == t && q.r != nil && uint(e.NewTokens) <= maxNewTokensStep && validSpec(e) {
-			r := q.r
-			r.mu.Lock()
-			if r.claimDecode(ns, now) {
-				gen += t.decoded(r, e.NewTokens, ns, step, batch)
-				t.specStep(r, e.DraftTokens, e.AcceptedTokens)
-				seen = true
-				r.mu.Unlock()
-				continue
-			}
-			r.mu.Unlock()
-		}
-		u := Update{Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens,
-			NumDraftTokens: e.DraftTokens, NumAcceptedTokens: e.AcceptedTokens}
-		errs = t.stepDecoded(s, &u, e.Req, ns, step, batch, errs)
+	if len(s.SpecDecoded) > 0 {
+		var g int64
+		var sawSpec bool
+		g, sawSpec, errs = t.stepSpec(s, fast, ns, now, step, batch, errs)
+		gen += g
+		seen = seen || sawSpec
 	}
 	if gen != 0 {
 		t.stepGen.Add(gen)
@@ -226,6 +215,34 @@ func (t *Tracker) stepEntries(s *Step, ns int64, finished bool, errs []error) []
 		errs = t.stepUpdate(&u, e.Req, ns, errs)
 	}
 	return errs
+}
+
+// stepSpec records a step's SpecDecoded entries as Step does its Decoded
+// ones: by handle on the fast path, anything else through the general
+// path. It returns the generated tokens, whether any entry took the fast
+// path, and errs with the rejections appended.
+func (t *Tracker) stepSpec(s *Step, fast bool, ns, now, step int64, batch int32, errs []error) (int64, bool, []error) {
+	var gen int64
+	seen := false
+	for i := range s.SpecDecoded {
+		e := &s.SpecDecoded[i]
+		if q := e.Req; fast && q != nil && q.t == t && q.r != nil && uint(e.NewTokens) <= maxNewTokensStep && validSpec(e) {
+			r := q.r
+			r.mu.Lock()
+			if r.claimDecode(ns, now) {
+				gen += t.decoded(r, e.NewTokens, ns, step, batch)
+				t.specStep(r, e.DraftTokens, e.AcceptedTokens)
+				seen = true
+				r.mu.Unlock()
+				continue
+			}
+			r.mu.Unlock()
+		}
+		u := Update{Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens,
+			NumDraftTokens: e.DraftTokens, NumAcceptedTokens: e.AcceptedTokens}
+		errs = t.stepDecoded(s, &u, e.Req, ns, step, batch, errs)
+	}
+	return gen, seen, errs
 }
 
 // claimDecode, with r locked, applies the transition of a decode at ns on
