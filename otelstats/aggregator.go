@@ -217,7 +217,7 @@ func (a *Aggregator) record(sc trace.SpanContext, s *RequestStats, itl *itlHist,
 		}
 		a.point(h, set).add(h, l.Value.Seconds(), sc, now)
 	}
-	if itl.cnt == 0 {
+	if itl.empty() {
 		return
 	}
 	p := a.point(hITL, base)
@@ -230,7 +230,7 @@ func (a *Aggregator) record(sc trace.SpanContext, s *RequestStats, itl *itlHist,
 		p.count += uint64(c)
 		p.sum += float64(itl.sum[i]) / 1e9
 	}
-	p.min = min(p.min, float64(itl.min)/1e9)
+	p.min = min(p.min, float64(itl.smallest())/1e9)
 	p.max = max(p.max, float64(itl.max)/1e9)
 }
 

@@ -52,7 +52,6 @@ func (t *Tracker) apply(r *reqState, u *Update, side Side, ns int64) (bool, *Rej
 		st.last = u.Kind
 	}
 	st.time = ns
-	r.lastSeen = max(r.lastSeen, ns)
 	now := t.now(ns)
 	r.touched = max(r.touched, now)
 	t.saw(side, now)
@@ -308,6 +307,11 @@ func (t *Tracker) decoded(r *reqState, n int, ns, step int64, batch int32) int64
 	}
 	// Tokens the frontend's deliveries already counted are not counted
 	// again.
+	if r.pending {
+		// The engine's updates reached ns: every run that began by then
+		// is known.
+		t.settleDeliveries(r, ns)
+	}
 	c := min(r.genCredit, int32(n))
 	r.genCredit -= c
 	return int64(n) - int64(c)
@@ -379,7 +383,7 @@ type delivery struct {
 // present. It reports whether it kept the delivery.
 func (t *Tracker) pendDelivery(r *reqState, ns int64, n int) bool {
 	x := r.extra
-	if x == nil || len(x.pending) == 0 {
+	if !r.pending {
 		if r.feTokens <= r.enTokens || r.enFinish != 0 || ns <= r.en.time {
 			return false
 		}
@@ -392,21 +396,23 @@ func (t *Tracker) pendDelivery(r *reqState, ns int64, n int) bool {
 		return false
 	}
 	x.pending = append(x.pending, delivery{ns, int32(n)})
+	r.pending = true
 	return true
 }
 
 // settleDeliveries attributes the kept deliveries up to upto, the time of
 // the engine's latest update: every run that began by then is known.
 func (t *Tracker) settleDeliveries(r *reqState, upto int64) {
-	x := r.extra
-	if x == nil || len(x.pending) == 0 {
+	if !r.pending {
 		return
 	}
+	x := r.extra
 	i := 0
 	for ; i < len(x.pending) && x.pending[i].time <= upto; i++ {
 		r.attribute(x.pending[i].time, x.pending[i].n)
 	}
 	x.pending = append(x.pending[:0], x.pending[i:]...)
+	r.pending = len(x.pending) > 0
 }
 
 // attribute gives a delivery of n tokens at ns to the last run started at

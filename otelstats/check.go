@@ -109,8 +109,8 @@ func checkDecoding(u *Update, side Side) *RejectError {
 	return checkSpec(u, side, u.NumNewTokens, u.NumDraftTokens, u.NumAcceptedTokens)
 }
 
-// checkSpec is checkDecoding's speculative part, shared with Step's fast
-// path; newTokens 0 means 1.
+// checkSpec is checkDecoding's speculative part (Step's fast path checks
+// the same in validSpec); newTokens 0 means 1.
 func checkSpec(u *Update, side Side, newTokens, draft, accepted int) *RejectError {
 	if draft == 0 && accepted == 0 {
 		return nil

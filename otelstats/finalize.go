@@ -113,8 +113,8 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 		E2ELatency:               some(time.Duration(end - r.arrived)),
 		NumPreemptions:           int(r.preemptions),
 		NumRecomputeCachedTokens: int(r.recomputeCached),
-		PDRole:                   r.pdRole,
-		LoRAAdapter:              r.adapter,
+		PDRole:                   r.pdRole.String(),
+		LoRAAdapter:              r.adapter(),
 	}
 	if len(t.cfg.onFinish) > 0 || r.extra != nil && r.extra.onFinish != nil {
 		// Only hooks see RequestStats: format the ids for them alone.
@@ -147,7 +147,7 @@ func (r *reqState) endNs() int64 {
 	case r.enFinish != 0:
 		return r.enFinish
 	}
-	return r.lastSeen
+	return r.lastSeen()
 }
 
 // outcome is the request's finish reason and error type; override is the
@@ -297,10 +297,10 @@ func (r *reqState) enEnd() int64 {
 
 func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestStats) {
 	ok := !isFailure(s.FinishReason)
-	k := attrKey{op: r.operation, model: t.models.label(r.model, ok), role: r.pdRole,
+	k := attrKey{op: r.operation, model: t.models.label(r.model, ok), role: r.pdRole.String(),
 		reason: s.FinishReason, errType: s.ErrorType}
-	if r.adapter != "" {
-		k.adapter = t.adapters.label(r.adapter, ok)
+	if a := r.adapter(); a != "" {
+		k.adapter = t.adapters.label(a, ok)
 	}
 	as := t.inst.attrs(k)
 	var c counts
@@ -327,6 +327,7 @@ func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestSta
 		t.stats.addServing(s)
 	}
 	h := &r.itl
+	h.flush()
 	if t.cfg.agg != nil {
 		t.cfg.agg.record(sc, s, h, as.baseSet, as.durationSet, as.finishedSet, &c)
 	} else {

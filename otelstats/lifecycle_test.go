@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -634,5 +635,58 @@ func TestArrivalLink(t *testing.T) {
 	}
 	if ls := root.Links(); len(ls) != 1 || !ls[0].SpanContext.Equal(caller) {
 		t.Fatalf("root links %v, want one to %v", ls, caller)
+	}
+}
+
+// A decode named by id takes the fast path only where record would do the
+// same; everything else (no such request, two of that name, a name record
+// would cut, a wrong transition) gets record's answer and counts.
+func TestStepDecodedByIDAsRecord(t *testing.T) {
+	long := strings.Repeat("m", MaxModelLength+1)
+	scoped := func(u Update, scope, model string) Update { u.Scope, u.Model = scope, model; return u }
+	setup := []Update{
+		scoped(arrived("x", 0, "m", "chat"), "a", "m"), scoped(arrived("x", 0, "m", "chat"), "b", "m"),
+		scoped(queued("x", 1), "a", ""), scoped(queued("x", 1), "b", ""),
+		scoped(prefilling("x", 2, 4, 0), "a", ""), scoped(prefilling("x", 2, 4, 0), "b", ""),
+		arrived("q", 0, "m", "chat"), queued("q", 1),
+		arrived("y", 0, "m", "chat"), queued("y", 1), prefilling("y", 2, 4, 0),
+	}
+	for _, tc := range []struct {
+		name         string
+		scope, model string
+		id           string
+		reason       Reason // "" when it applies
+	}{
+		{name: "scoped", scope: "a", id: "x"},
+		{name: "two of that name", id: "x", reason: ReasonAmbiguousRequest},
+		{name: "still queued", id: "q", reason: ReasonBadTransition},
+		{name: "model record cuts", model: long, id: "y"}, // cut, it names no request: held
+		{name: "id too long", id: strings.Repeat("i", MaxIDLength+1), reason: ReasonTooLong},
+		{name: "plain", id: "y"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hs, hu := newHarness(t), newHarness(t)
+			hs.feed(setup)
+			hu.feed(setup)
+			serr := hs.tr.Step(&Step{Time: at(3), Scope: tc.scope, Model: tc.model, Decoded: []Decoded{{RequestID: tc.id, NewTokens: 2}}})
+			uerr := hu.tr.Record(scoped(decoding(tc.id, 3, 2), tc.scope, tc.model))
+			for _, c := range []struct {
+				how string
+				h   *harness
+				err error
+			}{{"Step", hs, serr}, {"Record", hu, uerr}} {
+				if tc.reason == "" && c.err != nil || tc.reason != "" && !errors.Is(c.err, tc.reason) {
+					t.Errorf("%s: %v, want %q", c.how, c.err, tc.reason)
+				}
+				if n := c.h.rejects(""); tc.reason != "" && n != 1 || tc.reason == "" && n != 0 {
+					t.Errorf("%s: %d rejections", c.how, n)
+				}
+				_ = c.h.tr.Record(scoped(enFinished(tc.id, 4, "stop"), tc.scope, ""))
+				_ = c.h.tr.Record(scoped(feFinished(tc.id, 5, "stop"), tc.scope, ""))
+			}
+			if tc.reason == "" {
+				sameStats(t, hs.statsOfModel(tc.id, "m"), hu.statsOfModel(tc.id, "m"))
+			}
+		})
 	}
 }

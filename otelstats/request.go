@@ -212,7 +212,6 @@ func (q *Request) Detokenized(at time.Time, newTokens int, busy time.Duration) e
 			r.mu.Lock()
 			if !r.done.Load() && allowed[SideFrontend][KindDetokenized]&(1<<r.fe.last) != 0 && ns >= r.fe.time {
 				r.fe.last, r.fe.time = KindDetokenized, ns
-				r.lastSeen = max(r.lastSeen, ns)
 				r.touched = max(r.touched, now)
 				t.saw(SideFrontend, now)
 				r.feReported = true

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
 )
@@ -269,8 +270,10 @@ func TestSpeculativeStepByHandle(t *testing.T) {
 		{Time: at(1), QueuedReqs: []*Request{q}},
 		{Time: at(2), Scheduled: []Scheduled{{Req: q, ComputedTokens: 10}}},
 		{Time: at(10), Decoded: []Decoded{{Req: q, NewTokens: 1}}},
-		{Time: at(20), Decoded: []Decoded{{Req: q, NewTokens: 18, DraftTokens: 20, AcceptedTokens: 17}}},
-		{Time: at(30), Decoded: []Decoded{{Req: q, NewTokens: 1, DraftTokens: 2, AcceptedTokens: 2}}}, // accepted > new tokens
+		{Time: at(20), SpecDecoded: []SpecDecoded{{Req: q, NewTokens: 18, DraftTokens: 20, AcceptedTokens: 17}}},
+		{Time: at(30), SpecDecoded: []SpecDecoded{{Req: q, NewTokens: 1, DraftTokens: 2, AcceptedTokens: 2}}}, // accepted > new tokens
+		{Time: at(31), SpecDecoded: []SpecDecoded{{Req: q, NewTokens: 3, DraftTokens: 2, AcceptedTokens: 3}}}, // accepted > draft
+		{Time: at(32), SpecDecoded: []SpecDecoded{{Req: q, NewTokens: 1}}},                                    // the draft proposed nothing: a plain decode
 		{Time: at(40), Finished: []Finished{{Req: q, Reason: "stop"}}},
 	}
 	var rejected []error
@@ -279,15 +282,66 @@ func TestSpeculativeStepByHandle(t *testing.T) {
 			rejected = append(rejected, err)
 		}
 	}
-	if len(rejected) != 1 || !errors.Is(rejected[0], ReasonAcceptedExceedsNewTokens) {
-		t.Fatalf("rejections %v, want one accepted_exceeds_new_tokens", rejected)
+	if len(rejected) != 2 || !errors.Is(rejected[0], ReasonAcceptedExceedsNewTokens) || !errors.Is(rejected[1], ReasonAcceptedExceedsDraft) {
+		t.Fatalf("rejections %v, want accepted_exceeds_new_tokens then accepted_exceeds_draft", rejected)
 	}
 	s := h.statsOf("h")
-	if s.NumDraftTokens != 20 || s.NumAcceptedTokens != 17 || s.NumSpecSteps != 1 || s.NumOutputTokens != 19 {
+	if s.NumDraftTokens != 20 || s.NumAcceptedTokens != 17 || s.NumSpecSteps != 1 || s.NumOutputTokens != 20 {
 		t.Fatalf("spec stats %+v", s)
 	}
 	h.wantCounter(attributes.MetricSpecAcceptedPerPosition, 1, attributes.SpecPosition.Int(14))
 	h.wantCounter(attributes.MetricSpecAcceptedPerPosition, 2, attributes.SpecPosition.Int(attributes.SpecPositions-1))
+}
+
+// A step may mix plain and speculative decodes, by handle and by id; both
+// lists count in the step's batch, and the id path applies the same rules.
+func TestSpeculativeStepMixed(t *testing.T) {
+	h := newHarness(t, WithDetail(DetailSteps))
+	q, err := h.tr.Arrive(context.Background(), "a", Arrival{Time: at(0), Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.feed([]Update{arrived("b", 0, "m", "")})
+	steps := []Step{
+		{Time: at(1), QueuedReqs: []*Request{q}, Queued: []string{"b"}},
+		{Time: at(2), Scheduled: []Scheduled{{Req: q, ComputedTokens: 10}, {RequestID: "b", ComputedTokens: 10}}},
+		{Time: at(10), Decoded: []Decoded{{Req: q}, {RequestID: "b"}}},
+		{Time: at(20), Decoded: []Decoded{{Req: q, NewTokens: 2}},
+			SpecDecoded: []SpecDecoded{{RequestID: "b", NewTokens: 4, DraftTokens: 4, AcceptedTokens: 3}}},
+		{Time: at(30), SpecDecoded: []SpecDecoded{{RequestID: "b", NewTokens: 1, DraftTokens: 0, AcceptedTokens: 1}}}, // accepted without a draft
+		{Time: at(40), Finished: []Finished{{Req: q, Reason: "stop"}, {RequestID: "b", Reason: "stop"}}},
+	}
+	var rejected []error
+	for i := range steps {
+		if err := h.tr.Step(&steps[i]); err != nil {
+			rejected = append(rejected, err)
+		}
+	}
+	if len(rejected) != 1 || !errors.Is(rejected[0], ReasonAcceptedExceedsDraft) {
+		t.Fatalf("rejections %v, want the accepted tokens without a draft rejected", rejected)
+	}
+	a, b := h.statsOf("a"), h.statsOf("b")
+	if a.NumSpecSteps != 0 || a.NumOutputTokens != 3 {
+		t.Errorf("a: %d spec steps, %d output tokens; want 0 and 3", a.NumSpecSteps, a.NumOutputTokens)
+	}
+	if b.NumDraftTokens != 4 || b.NumAcceptedTokens != 3 || b.NumSpecSteps != 1 || b.NumOutputTokens != 5 {
+		t.Errorf("b: spec stats %+v", b)
+	}
+	for _, st := range []RequestStats{a, b} {
+		_, spans := h.treeOf(st)
+		var dec sdktrace.ReadOnlySpan
+		for _, sp := range spans {
+			if sp.Name() == attributes.SpanDecode {
+				dec = sp
+			}
+		}
+		if dec == nil {
+			t.Fatalf("%s: no decode span", st.RequestID)
+		}
+		if ev := dec.Events(); len(ev) != 2 || sattr(ev[1].Attributes, attributes.StepBatchSize) != "2" {
+			t.Errorf("%s: step events %+v, want 2, the mixed step's batch 2", st.RequestID, ev)
+		}
+	}
 }
 
 // SPEC §9: the adapter on RequestStats, the root and every metric, under

@@ -42,29 +42,45 @@ func init() {
 // a count and the exact sum in each bucket. At finish, each bucket's gaps are
 // recorded at their mean, which lies inside the bucket, so the exported
 // histogram has exactly the counts and sum of the real gaps while the state
-// stays bounded however long the output is.
+// stays bounded however long the output is. A stream's gaps are steady, so
+// the gaps of the latest bucket gather in curN and curSum, beside the other
+// fields a token touches, and reach n and sum (two more cache lines) only
+// when the bucket changes or at flush.
 type itlHist struct {
-	cnt      uint32
-	last     uint8 // the bucket of the previous gap: a stream's gaps are steady
-	min, max int64
-	n        [nITL]uint32
-	sum      [nITL]int64
+	curN   uint32
+	last   uint8 // the bucket of curN and curSum
+	minInv int64 // math.MaxInt64 - the smallest gap: the zero value means none yet
+	max    int64
+	curSum int64
+	n      [nITL]uint32
+	sum    [nITL]int64
 }
 
 func (h *itlHist) add(gap int64) {
-	i := int(h.last)
-	if !inBucket(gap, i) {
-		i = itlBucket(gap)
-		h.last = uint8(i)
+	if !inBucket(gap, int(h.last)) {
+		h.flush()
+		h.last = uint8(itlBucket(gap))
 	}
-	if h.cnt == 0 || gap < h.min {
-		h.min = gap
-	}
+	h.minInv = max(h.minInv, math.MaxInt64-gap)
 	h.max = max(h.max, gap)
-	h.cnt++
-	h.n[i]++
-	h.sum[i] += gap
+	h.curN++
+	h.curSum += gap
 }
+
+// flush moves the latest bucket's gaps into n and sum; whoever reads n and
+// sum calls it first.
+func (h *itlHist) flush() {
+	h.n[h.last] += h.curN
+	h.sum[h.last] += h.curSum
+	h.curN, h.curSum = 0, 0
+}
+
+// smallest is the smallest gap; valid when any was added (minInv > 0: a gap
+// of math.MaxInt64 ns does not happen).
+func (h *itlHist) smallest() int64 { return math.MaxInt64 - h.minInv }
+
+// empty reports whether no gap was added.
+func (h *itlHist) empty() bool { return h.minInv == 0 }
 
 // inBucket reports whether gap falls in ITL bucket i: (bound[i-1], bound[i]].
 func inBucket(gap int64, i int) bool {
@@ -87,12 +103,15 @@ type sideState struct {
 }
 
 type run struct {
-	start, end       int64 // end: PREEMPTED time, 0 while running or last
-	feFirst, enFirst int64
+	start, end int64 // end: PREEMPTED time, 0 while running or last
+	feFirst    int64
+	// A decode token touches enFirst and enTokens: side by side, they
+	// share a cache line wherever the run lies.
+	enFirst          int64
+	enTokens         int32
+	feTokens         int32
 	computed, cached int32
 	chunks           int32
-	feTokens         int32
-	enTokens         int32
 	// Speculative decoding in this run's decode segment (SPEC §8).
 	draft, accepted, specSteps int32
 	events                     []chunkEvent
@@ -106,6 +125,7 @@ type chunkEvent struct {
 // reqExtra holds what most requests do not need, so reqState stays small.
 type reqExtra struct {
 	sampling *SamplingParams
+	adapter  string // SPEC §9, from ARRIVED: few requests name one
 	parent   trace.SpanContext
 	link     trace.SpanContext // Arrival.Link
 	feITLs   []time.Duration
@@ -138,12 +158,16 @@ type stepRec struct {
 type reqState struct {
 	// What every token touches comes first, so a decode or a delivery
 	// reads and writes three or four cache lines of the state, not eight.
+	// The handle beside mu: a Step by handle reads it, then locks mu, one
+	// cache line. mu first: the lock's address is the state's own.
 	mu     sync.Mutex
 	done   atomic.Bool
 	detail Detail
+	h      Request // the handle Arrive returns: one allocation per request
 
+	// fe.time and en.time are each side's latest update's own time; the
+	// later of the two is the request's (lastSeen).
 	fe, en             sideState
-	lastSeen           int64 // the latest update's own time
 	touched            int64 // when the latest update came, in now()'s terms: the TTL counts from it
 	feTokens, enTokens int64
 	feDeliv, enDeliv   int32
@@ -153,11 +177,17 @@ type reqState struct {
 	// throughput before any engine update reached us; the engine's
 	// DECODINGs for the same tokens are not counted again.
 	genCredit  int32
-	feReported bool // the frontend sent more than ARRIVED
-	runs       []run
+	feReported bool   // the frontend sent more than ARRIVED
+	trusted    bool   // the parent's sampled flag decides
+	pdRole     pdRole // SPEC §7, from ARRIVED or WithPDRole
+	// pending says extra.pending holds deliveries: the per-token path
+	// reads this byte, not the extra pointer's cache line.
+	pending bool
+	runs    []run
 
 	detokFirst, detokLast, detokBusy int64
 	detokCount                       int32
+	feOneShot                        int32 // output tokens of a response in one piece (FINISHED's NumOutputTokens)
 
 	// itl aggregates the gaps of the stream that gives token times: the
 	// engine's until the frontend delivers its first token, then the
@@ -167,30 +197,68 @@ type reqState struct {
 	runsBuf [2]run
 
 	sh *shard
-	h  Request // the handle Arrive returns: one allocation per request
 
 	next *reqState // requests sharing the id; guarded by sh.mu
 
 	id, scope, model, operation string
-	pdRole, adapter             string // SPEC §7 and §9, from ARRIVED
 	traceID                     [16]byte
 	spanID                      [8]byte
 	extra                       *reqExtra
-	trusted                     bool // the parent's sampled flag decides
 
 	arrived, inputProcessed, firstQueued, firstPrefill int64
 	feFinish, enFinish                                 int64
 	waitUntil                                          int64
 
 	feReason, enReason, errorType string
-	feOneShot                     int32 // output tokens of a response in one piece (FINISHED's NumOutputTokens)
 
 	prompt          int32 // -1 unknown
 	cached          int32 // -1 never scheduled
 	recomputeCached int64
-	preemptions     int32
 	preemptedNs     int64
+	preemptions     int32
 	preRunFE        int32
+}
+
+// lastSeen is the latest update's own time: each side's times never go
+// back (admit), so it is the later side's.
+// adapter is the LoRA adapter ARRIVED named, or "".
+func (r *reqState) adapter() string {
+	if r.extra == nil {
+		return ""
+	}
+	return r.extra.adapter
+}
+
+func (r *reqState) lastSeen() int64 { return max(r.fe.time, r.en.time) }
+
+// pdRole is a request's part in disaggregated serving: one of the closed
+// set ARRIVED's PDRole may name, kept in a byte of the hot state.
+type pdRole uint8
+
+const (
+	pdNone pdRole = iota
+	pdPrefill
+	pdDecode
+)
+
+func parsePDRole(s string) pdRole {
+	switch s {
+	case PDRolePrefill:
+		return pdPrefill
+	case PDRoleDecode:
+		return pdDecode
+	}
+	return pdNone
+}
+
+func (p pdRole) String() string {
+	switch p {
+	case pdPrefill:
+		return PDRolePrefill
+	case pdDecode:
+		return PDRoleDecode
+	}
+	return ""
 }
 
 func (r *reqState) matches(scope, model string) bool {

@@ -34,6 +34,7 @@ type Step struct {
 	PreemptedReqs []*Request
 	Scheduled     []Scheduled
 	Decoded       []Decoded
+	SpecDecoded   []SpecDecoded
 	Finished      []Finished
 	Stats         *SchedulerStats
 }
@@ -56,9 +57,18 @@ type Decoded struct {
 	Req       *Request // when set, names the request; RequestID is ignored
 	RequestID string
 	NewTokens int // 0 means 1
-	// DraftTokens and AcceptedTokens, in a speculative step, are the tokens
-	// the draft proposed and how many of them the target accepted (a
-	// prefix; SPEC §8). DraftTokens 0: not a speculative step.
+}
+
+// SpecDecoded is a request that produced output tokens in a speculative
+// step (a DECODING with a draft, SPEC §8): the draft proposed DraftTokens,
+// the target accepted the first AcceptedTokens of them, and the step
+// yielded NewTokens (the accepted ones and the target's own). It is a list
+// of its own, not fields of Decoded, so that the decode tokens of engines
+// that do not speculate pay nothing for it.
+type SpecDecoded struct {
+	Req                         *Request // when set, names the request; RequestID is ignored
+	RequestID                   string
+	NewTokens                   int // 0 means 1
 	DraftTokens, AcceptedTokens int
 }
 
@@ -84,8 +94,8 @@ func (t *Tracker) Step(s *Step) error {
 	if len(s.Queued)+len(s.QueuedReqs)+len(s.Preempted)+len(s.PreemptedReqs)+len(s.Scheduled) > 0 {
 		errs = t.stepEntries(s, ns, false, errs)
 	}
-	step, batch := t.steps.Add(1), int32(len(s.Decoded))
-	// Decode tokens by handle take a fast path: the step's time and the
+	step, batch := t.steps.Add(1), int32(len(s.Decoded)+len(s.SpecDecoded))
+	// Decode tokens take a fast path, by handle or by id: the step's time and the
 	// tracker's state are checked once, each entry only for its own count
 	// and transition; generated tokens are counted once per step. Anything
 	// else goes through the general path, which gives the precise
@@ -96,28 +106,34 @@ func (t *Tracker) Step(s *Step) error {
 	seen := false
 	for i := range s.Decoded {
 		e := &s.Decoded[i]
-		if q := e.Req; fast && q != nil && q.t == t && q.r != nil && uint(e.NewTokens) <= maxNewTokensStep &&
-			(e.DraftTokens|e.AcceptedTokens == 0 || validSpec(e)) {
-			r := q.r
-			r.mu.Lock()
-			if !r.done.Load() && (r.en.last == KindDecoding || r.en.last == KindPrefilling) && ns >= r.en.time {
-				r.en.last, r.en.time = KindDecoding, ns
-				r.lastSeen = max(r.lastSeen, ns)
-				r.touched = max(r.touched, now)
-				gen += t.decoded(r, e.NewTokens, ns, step, batch)
-				if e.DraftTokens > 0 {
-					t.specStep(r, e.DraftTokens, e.AcceptedTokens)
-				}
-				seen = true
-				if r.extra != nil {
-					t.settleDeliveries(r, ns)
+		if fast && uint(e.NewTokens) <= maxNewTokensStep {
+			if q := e.Req; q != nil && q.t == t && q.r != nil {
+				r := q.r
+				r.mu.Lock()
+				if r.claimDecode(ns, now) {
+					gen += t.decoded(r, e.NewTokens, ns, step, batch)
+					seen = true
+					r.mu.Unlock()
+					continue
 				}
 				r.mu.Unlock()
-				continue
+			} else if q == nil {
+				if g, ok := t.decodedByID(s, e.RequestID, e.NewTokens, ns, now, step, batch); ok {
+					gen += g
+					seen = true
+					continue
+				}
 			}
-			r.mu.Unlock()
 		}
-		errs = t.stepDecoded(s, e, ns, step, batch, errs)
+		u := Update{Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens}
+		errs = t.stepDecoded(s, &u, e.Req, ns, step, batch, errs)
+	}
+	if len(s.SpecDecoded) > 0 {
+		var g int64
+		var sawSpec bool
+		g, sawSpec, errs = t.stepSpec(s, fast, ns, now, step, batch, errs)
+		gen += g
+		seen = seen || sawSpec
 	}
 	if gen != 0 {
 		t.stepGen.Add(gen)
@@ -201,17 +217,82 @@ func (t *Tracker) stepEntries(s *Step, ns int64, finished bool, errs []error) []
 	return errs
 }
 
-// stepDecoded is the general path of one Decoded entry.
-func (t *Tracker) stepDecoded(s *Step, e *Decoded, ns, step int64, batch int32, errs []error) []error {
-	u := Update{Side: SideEngine, Time: s.Time, Scope: s.Scope, Model: s.Model,
-		Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens, step: step, batch: batch,
-		NumDraftTokens: e.DraftTokens, NumAcceptedTokens: e.AcceptedTokens}
-	return t.stepUpdate(&u, e.Req, ns, errs)
+// stepSpec records a step's SpecDecoded entries as Step does its Decoded
+// ones: by handle on the fast path, anything else through the general
+// path. It returns the generated tokens, whether any entry took the fast
+// path, and errs with the rejections appended.
+func (t *Tracker) stepSpec(s *Step, fast bool, ns, now, step int64, batch int32, errs []error) (int64, bool, []error) {
+	var gen int64
+	seen := false
+	for i := range s.SpecDecoded {
+		e := &s.SpecDecoded[i]
+		if q := e.Req; fast && q != nil && q.t == t && q.r != nil && uint(e.NewTokens) <= maxNewTokensStep && validSpec(e) {
+			r := q.r
+			r.mu.Lock()
+			if r.claimDecode(ns, now) {
+				gen += t.decoded(r, e.NewTokens, ns, step, batch)
+				t.specStep(r, e.DraftTokens, e.AcceptedTokens)
+				seen = true
+				r.mu.Unlock()
+				continue
+			}
+			r.mu.Unlock()
+		}
+		u := Update{Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens,
+			NumDraftTokens: e.DraftTokens, NumAcceptedTokens: e.AcceptedTokens}
+		errs = t.stepDecoded(s, &u, e.Req, ns, step, batch, errs)
+	}
+	return gen, seen, errs
+}
+
+// claimDecode, with r locked, applies the transition of a decode at ns on
+// the fast path and reports whether it could: the transition and time
+// order check would allow it. now is when it came (the TTL's start), a
+// plain store: now only moves forward, and a race between two updates of
+// one request moves the TTL's start by microseconds.
+func (r *reqState) claimDecode(ns, now int64) bool {
+	if r.done.Load() || r.en.last != KindDecoding && r.en.last != KindPrefilling || ns < r.en.time {
+		return false
+	}
+	r.en.last, r.en.time, r.touched = KindDecoding, ns, now
+	return true
+}
+
+// decodedByID is the fast path of a decode named by id: the lookup
+// record does, then what the fast path by handle does, with the shard
+// held as record holds it. It reports false, having changed nothing, for
+// anything the general path must look at: a name it would cut or refuse,
+// no single in-flight request of that name, a transition or time order
+// it would reject.
+func (t *Tracker) decodedByID(s *Step, id string, n int, ns, now, step int64, batch int32) (int64, bool) {
+	if id == "" || len(id) > MaxIDLength || len(s.Scope) > MaxNameLength || len(s.Model) > MaxModelLength {
+		return 0, false
+	}
+	sh := t.shardFor(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r, res := sh.lookup(id, s.Scope, s.Model)
+	if res != lookupFound {
+		return 0, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.claimDecode(ns, now) {
+		return 0, false
+	}
+	return t.decoded(r, n, ns, step, batch), true
+}
+
+// stepDecoded is the general path of one Decoded or SpecDecoded entry,
+// given as u's kind and counts.
+func (t *Tracker) stepDecoded(s *Step, u *Update, q *Request, ns, step int64, batch int32, errs []error) []error {
+	u.Side, u.Time, u.Scope, u.Model, u.step, u.batch = SideEngine, s.Time, s.Scope, s.Model, step, batch
+	return t.stepUpdate(u, q, ns, errs)
 }
 
 // validSpec reports whether a speculative entry breaks none of SPEC §8's
 // rules, for the fast path; the general path names the rule it breaks.
-func validSpec(e *Decoded) bool {
+func validSpec(e *SpecDecoded) bool {
 	return e.DraftTokens > 0 && e.DraftTokens <= MaxTokenCount && e.AcceptedTokens >= 0 &&
 		e.AcceptedTokens <= e.DraftTokens && e.AcceptedTokens <= max(e.NewTokens, 1)
 }

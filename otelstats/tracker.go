@@ -412,8 +412,8 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *A
 		role = t.cfg.pdRole
 	}
 	r := &reqState{
-		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op, pdRole: role, adapter: u.LoRAAdapter,
-		arrived: ns, lastSeen: ns, touched: t.now(ns), prompt: -1, cached: -1,
+		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op, pdRole: parsePDRole(role),
+		arrived: ns, touched: t.now(ns), prompt: -1, cached: -1,
 		fe:      sideState{last: KindArrived, time: ns},
 		sh:      sh,
 		detail:  u.detail,
@@ -426,6 +426,9 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *A
 	}
 	if u.link.IsValid() {
 		r.ext().link = u.link
+	}
+	if u.LoRAAdapter != "" {
+		r.ext().adapter = u.LoRAAdapter
 	}
 	switch {
 	case parent.IsValid():

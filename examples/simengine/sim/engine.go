@@ -283,7 +283,7 @@ func (in *instance) unrun(r *request) {
 func (in *instance) resetStep() {
 	for _, st := range []*otelstats.Step{&in.step, &in.late} {
 		st.QueuedReqs, st.PreemptedReqs, st.Scheduled = st.QueuedReqs[:0], st.PreemptedReqs[:0], st.Scheduled[:0]
-		st.Decoded, st.Finished, st.Stats = st.Decoded[:0], st.Finished[:0], nil
+		st.Decoded, st.SpecDecoded, st.Finished, st.Stats = st.Decoded[:0], st.SpecDecoded[:0], st.Finished[:0], nil
 		st.Time = vt(in.s.now)
 	}
 	in.kvWaits, in.runs, in.lateReqs = in.kvWaits[:0], in.runs[:0], in.lateReqs[:0]
@@ -584,13 +584,14 @@ func (in *instance) endStep() {
 			in.kv.commit(r)
 		}
 		r.out += gained
-		d := otelstats.Decoded{Req: r.handle, NewTokens: gained}
 		if r.draft > 0 {
-			d.DraftTokens, d.AcceptedTokens = r.draft, accepted
+			in.step.SpecDecoded = append(in.step.SpecDecoded, otelstats.SpecDecoded{
+				Req: r.handle, NewTokens: gained, DraftTokens: r.draft, AcceptedTokens: accepted})
 			in.specTruth(r, accepted)
+		} else {
+			in.step.Decoded = append(in.step.Decoded, otelstats.Decoded{Req: r.handle, NewTokens: gained})
 		}
 		r.newTokens, r.draft = 0, 0
-		in.step.Decoded = append(in.step.Decoded, d)
 		last := r.out == r.maxOut
 		s.push(event{at: deliverAt, kind: evDeliver, req: r.idx, inst: in.idx, n: int32(gained), last: last})
 		if last {

@@ -24,8 +24,8 @@
 // it against the wall clock instead. Every update goes to the
 // otelstats.Tracker with its virtual time: the frontend through the
 // Tracker.Arrive handle (InputProcessed, Detokenized, Finish), the engine
-// through Tracker.Step (Queued, Scheduled, Preempted, Decoded, Finished and
-// SchedulerStats) and, for the kinds a Step has no entry for (REMOTE_KV_*,
+// through Tracker.Step (Queued, Scheduled, Preempted, Decoded, SpecDecoded,
+// Finished and SchedulerStats) and, for the kinds a Step has no entry for (REMOTE_KV_*,
 // ENCODING, ENCODED), through the handle's Record.
 //
 // The simulator also keeps each request's true phase boundaries (Truth), so

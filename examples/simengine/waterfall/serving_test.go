@@ -59,7 +59,7 @@ func pdTrace(t *testing.T) []sdktrace.ReadOnlySpan {
 	must(dec.Step(&otelstats.Step{Time: at(36), Scheduled: []otelstats.Scheduled{{Req: dq, ComputedTokens: 100}}}))
 	must(dec.Step(&otelstats.Step{Time: at(40), Decoded: []otelstats.Decoded{{Req: dq, NewTokens: 1}}}))
 	must(dq.Detokenized(at(41), 1, 0))
-	must(dec.Step(&otelstats.Step{Time: at(50), Decoded: []otelstats.Decoded{{Req: dq, NewTokens: 3, DraftTokens: 4, AcceptedTokens: 2}},
+	must(dec.Step(&otelstats.Step{Time: at(50), SpecDecoded: []otelstats.SpecDecoded{{Req: dq, NewTokens: 3, DraftTokens: 4, AcceptedTokens: 2}},
 		Finished: []otelstats.Finished{{Req: dq, Reason: "stop"}}}))
 	must(dq.Detokenized(at(51), 3, 0))
 	must(dq.Finish(at(51), "stop"))
