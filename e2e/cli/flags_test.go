@@ -254,6 +254,16 @@ var cases = map[string][]flagCase{
 			},
 		},
 		{
+			name: "-debug-listen", ready: "msg=proxying",
+			args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-debug-listen", "{addr2}", "-models", "toy", "-stats-log", "0"},
+			interact: func(t *testing.T, v vars, _ *proc) {
+				chat(t, "http://"+v["addr"])
+				if code, body := get(t, "http://"+v["addr2"]+"/debug/vars"); code != 200 || !strings.Contains(body, `"max_rss_bytes"`) {
+					t.Errorf("/debug/vars: %d %.300s", code, body)
+				}
+			},
+		},
+		{
 			name: "-public, -models-wait from the upstream", ready: "msg=proxying",
 			args:     []string{"-upstream", "{upstream}", "-listen", "{addr}", "-public", "-models-wait", "5s", "-stats-log", "0", "-stats-out", "{tmp}/s.jsonl"},
 			interact: func(t *testing.T, v vars, _ *proc) { chat(t, "http://"+v["addr"]) },

@@ -179,6 +179,27 @@ var readmeScenarios = []readmeScenario{
 		},
 	},
 	{
+		// The measuring runs take minutes; the same commands run briefly
+		// here (20 requests per mode; the study's every configuration
+		// once), so a flag or path they name cannot rot.
+		cmds: []string{"go test -run='^$' -bench='^BenchmarkSideBySide$' -benchtime=600x -count=5 ./openaihttp"},
+		run: func(t *testing.T, b block) {
+			sh := newShell(t, cleanEnv(), "-benchtime=600x -count=5", "-benchtime=20x -count=1")
+			if o, _ := sh.ok(b.cmds[0]); !strings.Contains(o, "BenchmarkSideBySide") {
+				t.Errorf("no benchmark result:\n%s", tail(o))
+			}
+		},
+	},
+	{
+		cmds: []string{"cd e2e && LLMTRACE_OVERHEAD=full go test -count=1 -timeout=60m -run='^TestOverhead$' -v ./overhead"},
+		run: func(t *testing.T, b block) {
+			sh := newShell(t, cleanEnv(), "LLMTRACE_OVERHEAD=full ", "")
+			if o, _ := sh.ok(b.cmds[0]); !strings.Contains(o, "--- PASS: TestOverhead") {
+				t.Errorf("the study's brief run did not pass:\n%s", tail(o))
+			}
+		},
+	},
+	{
 		cmds: []string{"go get github.com/llmtrace/llmtrace@latest"},
 		run: func(t *testing.T, b block) {
 			t.Skip("go get — the module is not published from the test machines; the example module embedding it (replace directive to the repository) builds in the suite")
