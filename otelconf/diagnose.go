@@ -168,8 +168,14 @@ func classify(err error) Cause {
 		return CauseNotGRPC
 	// A gRPC server sends its HTTP/2 SETTINGS frame first: net/http
 	// reads it as a malformed response, or, when it came before the
-	// request was written, as bytes on an idle connection.
-	case has(`malformed HTTP response "\x00\x00`, "readLoopPeekFailLocked: %!w(<nil>)"):
+	// request was written, as bytes on an idle connection; or the server
+	// has already closed the connection, on the HTTP/1.1 bytes it could
+	// not read, while the request is still being written (on a busy
+	// machine its close can come first). Only net/http's errors name the
+	// request ("Post \"…\""): a gRPC exporter's closed connection is not
+	// this.
+	case has(`malformed HTTP response "\x00\x00`, "readLoopPeekFailLocked: %!w(<nil>)"),
+		has(`Post "`) && has("use of closed network connection", "connection reset by peer"):
 		return CauseNotHTTP
 	case has("first record does not look like a TLS handshake", "server gave HTTP response to HTTPS client"):
 		return CauseTLSMismatch

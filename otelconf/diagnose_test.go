@@ -22,6 +22,9 @@ func TestClassify(t *testing.T) {
 		{errors.New(`traces export: context deadline exceeded: rpc error: code = Unavailable desc = connection error: desc = "error reading server preface: http2: failed reading the frame payload: http2: frame too large, note that the frame header looked like an HTTP/1.1 header"`), CauseNotGRPC},
 		{errors.New(`traces export: Post "http://127.0.0.1:24317/v1/traces": net/http: HTTP/1.x transport connection broken: malformed HTTP response "\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x05\x00\x00@\x00"`), CauseNotHTTP},
 		{errors.New(`traces export: Post "http://127.0.0.1:37925/v1/traces": readLoopPeekFailLocked: %!w(<nil>)`), CauseNotHTTP},
+		// From a suite run beside two CPU burners: the gRPC server closed the connection mid-write.
+		{errors.New(`failed to upload metrics: Post "http://127.0.0.1:34349/v1/metrics": readfrom tcp 127.0.0.1:34190->127.0.0.1:34349: write tcp 127.0.0.1:34190->127.0.0.1:34349: use of closed network connection`), CauseNotHTTP},
+		{errors.New(`rpc error: code = Unavailable desc = error reading from server: read tcp 127.0.0.1:1->127.0.0.1:2: use of closed network connection`), CauseUnknown},
 		{errors.New(`failed to upload metrics: rpc error: code = Unimplemented desc = unknown service opentelemetry.proto.collector.metrics.v1.MetricsService`), CauseRefused},
 		{fmt.Errorf("failed to upload metrics: %w", status.Error(codes.Unimplemented, "unknown service")), CauseRefused},
 		{errors.New(`failed to upload metrics: failed to send metrics to http://127.0.0.1:24318/v1/metrics: 404 Not Found (body: 404 page not found)`), CauseRefused},
