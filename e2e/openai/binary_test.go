@@ -128,7 +128,14 @@ func TestProxyBinaryModels(t *testing.T) {
 			if resp := postJSON(t, px.url+"/v1/chat/completions", `{"model":"toy","messages":[{"role":"user","content":"x"}]}`); resp.StatusCode != 200 {
 				t.Fatalf("toy: status %d", resp.StatusCode)
 			}
+			// The proxy records a request after its client has the whole
+			// response (recording never delays a client): the toy's series
+			// may lag the response by a moment on a busy machine.
 			m := get(t, "http://"+metrics+"/metrics")
+			for deadline := time.Now().Add(10 * time.Second); !strings.Contains(m, `gen_ai_request_model="toy"`) && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+				m = get(t, "http://"+metrics+"/metrics")
+			}
 			px.stop(t)
 			if !strings.Contains(m, `gen_ai_request_model="toy"`) || strings.Contains(m, `gen_ai_request_model="junk-`) {
 				t.Errorf("toy has no series of its own, or junk has one:\n%.3000s", m)
