@@ -39,7 +39,8 @@ func BenchmarkExchangeChunk(b *testing.B) {
 			n++
 			ex = newTestExchange(b, tr, n, false)
 		}
-		ex.wrote(time.Now(), p, nil)
+		now := time.Now()
+		ex.wrote(now, now, p, nil)
 	}
 }
 

@@ -1,7 +1,6 @@
 package openaihttp
 
 import (
-	"context"
 	"mime"
 	"net/http"
 	"strconv"
@@ -54,9 +53,11 @@ type exchange struct {
 	parsedAt time.Time // the request body was read: INPUT_PROCESSED's time when a usage gives the prompt's size
 	ri       requestInfo
 	sp       *otelstats.SamplingParams
-	reqCtx   context.Context
-	hold     *hold
-	holdv    hold // what hold points to
+	// gone watches the request's context: a write that began after the
+	// client left delivered nothing.
+	gone  goneWatch
+	hold  *hold
+	holdv hold // what hold points to
 
 	status     int
 	mode       respMode
@@ -107,15 +108,15 @@ type exchange struct {
 	finishing atomic.Bool
 }
 
-func newExchange(cfg *config, op string, arrived time.Time, reqCtx context.Context) *exchange {
+func newExchange(cfg *config, op string, arrived time.Time) *exchange {
 	ex := &exchange{}
-	ex.init(cfg, op, arrived, reqCtx)
+	ex.init(cfg, op, arrived)
 	return ex
 }
 
 // init readies a zero exchange (one embedded in the proxy's call).
-func (ex *exchange) init(cfg *config, op string, arrived time.Time, reqCtx context.Context) {
-	ex.cfg, ex.op, ex.arrived, ex.reqCtx, ex.prompt, ex.obs = cfg, op, arrived, reqCtx, -1, newObserved()
+func (ex *exchange) init(cfg *config, op string, arrived time.Time) {
+	ex.cfg, ex.op, ex.arrived, ex.prompt, ex.obs = cfg, op, arrived, -1, newObserved()
 	ex.holdv.b = cfg.budget
 	ex.hold = &ex.holdv
 	ex.sse = sseReader{limit: cfg.eventLimit, hold: ex.hold}
@@ -176,8 +177,12 @@ func modeOf(h http.Header, stream bool) respMode {
 	return modeOpaque
 }
 
-// wrote sees bytes written to the client, after they were passed on.
-func (ex *exchange) wrote(at time.Time, p []byte, err error) {
+// wrote sees bytes written to the client, after they were passed on: the
+// write began at began and returned at at. Bytes whose write began before
+// the client left count as delivered, even when the client, served (a
+// response with a Content-Length is read to its end once the bytes are
+// flushed), closed its connection before wrote ran.
+func (ex *exchange) wrote(began, at time.Time, p []byte, err error) {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	if ex.done {
@@ -189,7 +194,7 @@ func (ex *exchange) wrote(at time.Time, p []byte, err error) {
 	if len(p) > 0 && ex.firstWrite.IsZero() {
 		ex.firstWrite = at
 	}
-	if !ex.writeErrAt.IsZero() || ex.reqCtx.Err() != nil {
+	if !ex.writeErrAt.IsZero() || ex.gone.endedBefore(began) {
 		return // the client is gone: nothing more is delivered
 	}
 	ex.lastWrite = at
@@ -381,11 +386,11 @@ type outcome struct {
 // complete reports whether the client got the whole response before it
 // left: a stream's end ([DONE], a finish reason or a final Responses API
 // event), or any byte of another response.
-func (ex *exchange) complete(o *outcome) bool {
+func (ex *exchange) complete() bool {
 	if ex.mode == modeSSE {
 		return ex.obs.sawDone || ex.obs.sawFinish
 	}
-	return !ex.firstWrite.IsZero() && (o.gone.IsZero() || ex.firstWrite.Before(o.gone))
+	return ex.bytesOut > 0 // a write that began before the client left
 }
 
 // truncated reports a response that ended early without an error from the
@@ -470,7 +475,7 @@ func (ex *exchange) finishUpdate(o *outcome) otelstats.Update {
 	u := otelstats.Update{Kind: otelstats.KindFinished, Time: o.end}
 	fail := func(t string) { u.FinishReason, u.ErrorType = otelstats.FinishError, t }
 	switch {
-	case !ex.writeErrAt.IsZero() || (!o.gone.IsZero() && !ex.complete(o)):
+	case !ex.writeErrAt.IsZero() || (!o.gone.IsZero() && !ex.complete()):
 		u.FinishReason = otelstats.FinishAbort
 		at := ex.writeErrAt
 		if at.IsZero() || (!o.gone.IsZero() && o.gone.Before(at)) {
@@ -487,7 +492,7 @@ func (ex *exchange) finishUpdate(o *outcome) otelstats.Update {
 		fail(ErrorPanic)
 	case ex.status >= 400:
 		fail(strconv.Itoa(ex.status))
-	case o.aborted && !(ex.complete(o) && !o.gone.IsZero()):
+	case o.aborted && !(ex.complete() && !o.gone.IsZero()):
 		fail(ErrorUpstream)
 	case ex.obs.errType != "":
 		fail(ex.obs.errType)

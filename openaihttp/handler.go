@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmtrace/llmtrace/attributes"
@@ -72,7 +73,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	arrived := time.Now()
-	ex := newExchange(h.cfg, op, arrived, r.Context())
+	ex := newExchange(h.cfg, op, arrived)
 	capture := h.t.CapturesContent()
 	fields := requestFields
 	if capture {
@@ -106,11 +107,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r2 := r.WithContext(hctx)
 	r2.Body = body
 	rw := &respWriter{ResponseWriter: w, ex: ex}
-	var gone goneWatch
-	gone.watch(r.Context())
+	ex.gone.watch(r.Context())
 	normal := false
 	defer func() {
-		o := outcome{end: time.Now(), panicked: !normal, gone: gone.done()}
+		o := outcome{end: time.Now(), panicked: !normal, gone: ex.gone.done()}
 		u := ex.finish(o)
 		ex.setTrailer(w.Header())
 		if h.cfg.httpMetrics {
@@ -142,10 +142,11 @@ func (c *config) noteBody(q *otelstats.Request, r *http.Request, route string, r
 // while it is served. The zero value is ready for watch; one goroutine
 // calls watch, then done.
 type goneWatch struct {
-	ctx  context.Context
-	stop func() bool
-	wg   sync.WaitGroup
-	at   time.Time // set by fire, read after wg
+	ctx   context.Context
+	stop  func() bool
+	wg    sync.WaitGroup
+	at    time.Time   // set by fire, read after wg or fired
+	fired atomic.Bool // at is set
 }
 
 func (g *goneWatch) watch(ctx context.Context) {
@@ -156,7 +157,16 @@ func (g *goneWatch) watch(ctx context.Context) {
 
 func (g *goneWatch) fire() {
 	g.at = time.Now()
+	g.fired.Store(true)
 	g.wg.Done()
+}
+
+// endedBefore reports whether the context is known to have ended before
+// t, while it is watched (any goroutine). A context that has ended whose
+// func has not run yet ended a moment ago: not before a write that is
+// being read now.
+func (g *goneWatch) endedBefore(t time.Time) bool {
+	return g.fired.Load() && g.at.Before(t)
 }
 
 // done stops watching and returns when the context ended, or zero.

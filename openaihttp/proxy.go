@@ -329,12 +329,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2.Body = c.body
 	}
 	c.rw = respWriter{ResponseWriter: w, ex: c.ex, call: c, flushEach: true}
-	c.gone.watch(r.Context())
+	c.ex.gone.watch(r.Context())
 	defer func() {
 		v := recover()
 		// ReverseProxy aborts the response (http.ErrAbortHandler) when
 		// copying it fails: the client left, or the upstream did.
-		c.finish(w, outcome{end: time.Now(), gone: c.gone.done(), aborted: v != nil || c.bodyErr,
+		c.finish(w, outcome{end: time.Now(), gone: c.ex.gone.done(), aborted: v != nil || c.bodyErr,
 			upstreamErr: c.upErr, upstreamErrAt: c.upErrAt})
 		if v != nil {
 			panic(v)
@@ -395,13 +395,12 @@ type call struct {
 	bodyv scanBody
 	rw    respWriter
 	ub    upstreamBody
-	gone  goneWatch
 }
 
 func (p *Proxy) newCall(r *http.Request, route, op string) *call {
 	now := time.Now()
 	c := &call{p: p, r: r, route: route, id: p.cfg.newRequestID(r)}
-	c.exv.init(p.cfg, op, now, r.Context())
+	c.exv.init(p.cfg, op, now)
 	c.ex = &c.exv
 	c.stall.init(p.cfg.stall)
 	c.ex.stall = &c.stall

@@ -463,6 +463,67 @@ func TestProxyNonStream(t *testing.T) {
 	}
 }
 
+// leavingWriter is a client that leaves the moment the response's bytes
+// reach it, as a client reading a response with a Content-Length does
+// (and then closes its connection, which ends the request's context),
+// before the layer has read what was written.
+type leavingWriter struct {
+	*httptest.ResponseRecorder
+	leave func()
+}
+
+func (w leavingWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseRecorder.Write(p)
+	w.leave()
+	// Room for the server's watch on the context to see it end: the
+	// record must not depend on whether it did.
+	time.Sleep(5 * time.Millisecond)
+	return n, err
+}
+
+// TestProxyClientLeavesOnceServed: a client that got the whole response
+// and left before the proxy read the bytes was served, not an abort (a
+// suite run recorded 1 of 40 such clients as an abort with no first
+// token).
+func TestProxyClientLeavesOnceServed(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, reqBody string
+		check               func(s otelstats.RequestStats) bool
+	}{
+		{"stream", "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+			`{"model":"m","stream":true}`,
+			func(s otelstats.RequestStats) bool { return s.FirstTokenLatency.Valid && s.NumOutputTokens == 1 }},
+		{"json", `{"object":"chat.completion","model":"m","choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`,
+			`{"model":"m"}`,
+			func(s otelstats.RequestStats) bool { return s.NumOutputTokens == 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.Contains(tc.reqBody, "stream") {
+					w.Header().Set("Content-Type", "text/event-stream")
+				} else {
+					w.Header().Set("Content-Type", "application/json")
+				}
+				io.WriteString(w, tc.body) // small, in one write: a Content-Length
+			})
+			h := newHarness(t, up, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/chat/completions", strings.NewReader(tc.reqBody))
+			r.Header.Set("Content-Type", "application/json")
+			w := leavingWriter{httptest.NewRecorder(), cancel}
+			h.p.ServeHTTP(w, r)
+			if w.Body.String() != tc.body {
+				t.Fatalf("the client got %q", w.Body)
+			}
+			s := h.waitStats(1)[0]
+			if s.FinishReason != otelstats.FinishStop || s.ErrorType != "" || !tc.check(s) {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
 // TestClientDisconnect: the client leaves mid-stream; the request is an
 // abort with what was delivered, the upstream request is cancelled, and
 // nothing is left running (goleak in TestMain).

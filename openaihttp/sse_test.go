@@ -137,7 +137,7 @@ func newTestExchange(t testing.TB, tr *otelstats.Tracker, n int, expectUsage boo
 	if err != nil {
 		t.Fatal(err)
 	}
-	ex := newExchange(cfg, "chat", now, context.Background())
+	ex := newExchange(cfg, "chat", now)
 	ex.begin(q, requestInfo{Model: "m", Stream: true, IncludeUsage: expectUsage}, now, false, false)
 	h := http.Header{}
 	h.Set("Content-Type", "text/event-stream")
@@ -187,12 +187,13 @@ func FuzzExchangeStream(f *testing.F) {
 	f.Fuzz(func(t *testing.T, stream []byte, splits uint64) {
 		n++
 		whole := newTestExchange(t, tr, 2*n, splits&1 == 0)
-		whole.wrote(time.Now(), stream, nil)
+		now := time.Now()
+		whole.wrote(now, now, stream, nil)
 		parts := newTestExchange(t, tr, 2*n+1, splits&1 == 0)
 		rest := stream
 		for s := splits; len(rest) > 0; s = s*6364136223846793005 + 1442695040888963407 {
 			k := min(len(rest), int(s>>59)+1)
-			parts.wrote(time.Now(), append([]byte(nil), rest[:k]...), nil)
+			parts.wrote(now, now, append([]byte(nil), rest[:k]...), nil)
 			rest = rest[k:]
 		}
 		if a, b := summarize(whole), summarize(parts); a != b {

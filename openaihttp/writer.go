@@ -48,12 +48,13 @@ func (w *respWriter) WriteHeader(code int) {
 
 func (w *respWriter) Write(p []byte) (int, error) {
 	w.header(http.StatusOK)
+	began := time.Now()
 	n, err := w.ResponseWriter.Write(p)
 	w.flushed = false
 	if w.flushEach && err == nil {
 		w.flushed = http.NewResponseController(w.ResponseWriter).Flush() == nil
 	}
-	w.ex.wrote(time.Now(), p[:n], err)
+	w.ex.wrote(began, time.Now(), p[:n], err)
 	return n, err
 }
 
