@@ -289,7 +289,11 @@ func (t *Tracker) decoded(r *reqState, n int, ns, step int64, batch int32) int64
 		if r.feDeliv == 0 {
 			// The engine's gaps count only until the frontend
 			// delivers: from then on the frontend's are the ITL.
-			r.itl.add(gap)
+			if h := &r.itl; h.fits(gap) { // adding a gap (itlHist)
+				h.count(gap)
+			} else {
+				h.move(gap)
+			}
 		}
 		if t.cfg.tokenLatencies {
 			x := r.ext()
@@ -312,6 +316,9 @@ func (t *Tracker) decoded(r *reqState, n int, ns, step int64, batch int32) int64
 		// is known.
 		t.settleDeliveries(r, ns)
 	}
+	if r.genCredit == 0 {
+		return int64(n)
+	}
 	c := min(r.genCredit, int32(n))
 	r.genCredit -= c
 	return int64(n) - int64(c)
@@ -331,7 +338,11 @@ func (t *Tracker) delivered(r *reqState, n int, busy time.Duration, ns int64) {
 	}
 	if r.feDeliv > 0 {
 		gap := ns - r.feLast
-		r.itl.add(gap)
+		if h := &r.itl; h.fits(gap) { // adding a gap (itlHist)
+			h.count(gap)
+		} else {
+			h.move(gap)
+		}
 		if t.cfg.tokenLatencies {
 			x := r.ext()
 			x.feITLs = append(x.feITLs, time.Duration(gap))

@@ -33,10 +33,30 @@ var itlBoundsNs = func() []int64 {
 const nITL = 20 // len(InterTokenLatencyBuckets()) + 1
 
 func init() {
-	if len(itlBoundsNs)+1 != nITL {
+	if len(itlBoundsNs)+1 != nITL || nITL+1 > len(itlRanges) {
 		panic("otelstats: nITL does not match the ITL buckets")
 	}
 }
+
+// itlRanges are the ranges (lo, hi] of itlHist.last: 1 + an ITL bucket, or
+// 0, an empty range, before the first gap. Indexed by last masked to the
+// array's size, a token's check needs no bounds check and no edge cases.
+var itlRanges = func() (out [32]struct{ lo, hi int64 }) {
+	for i := range out {
+		out[i].lo, out[i].hi = math.MaxInt64, math.MinInt64
+	}
+	for i := range nITL {
+		r := &out[i+1]
+		r.lo, r.hi = math.MinInt64, math.MaxInt64
+		if i > 0 {
+			r.lo = itlBoundsNs[i-1]
+		}
+		if i < nITL-1 {
+			r.hi = itlBoundsNs[i]
+		}
+	}
+	return out
+}()
 
 // itlHist aggregates one request's inter-token gaps per histogram bucket:
 // a count and the exact sum in each bucket. At finish, each bucket's gaps are
@@ -45,47 +65,71 @@ func init() {
 // stays bounded however long the output is. A stream's gaps are steady, so
 // the gaps of the latest bucket gather in curN and curSum, beside the other
 // fields a token touches, and reach n and sum (two more cache lines) only
-// when the bucket changes or at flush.
+// when the bucket changes or at flush. The zero value holds no gaps.
 type itlHist struct {
 	curN   uint32
-	last   uint8 // the bucket of curN and curSum
-	minInv int64 // math.MaxInt64 - the smallest gap: the zero value means none yet
+	last   uint8 // 1 + the bucket of curN and curSum; 0 before the first gap
+	min    int64 // the smallest gap, once there is one
 	max    int64
 	curSum int64
 	n      [nITL]uint32
 	sum    [nITL]int64
 }
 
-func (h *itlHist) add(gap int64) {
-	if !inBucket(gap, int(h.last)) {
-		h.flush()
-		h.last = uint8(itlBucket(gap))
-	}
-	h.minInv = max(h.minInv, math.MaxInt64-gap)
+// A gap is added, on the per-token paths, as
+//
+//	if h.fits(gap) {
+//		h.count(gap)
+//	} else {
+//		h.move(gap)
+//	}
+//
+// written out at each call: a method holding the call to move is too
+// costly for the inliner, and out of line it makes its caller save every
+// live value around it on every token, not only on the rare move.
+
+// fits reports whether gap is in the latest bucket.
+func (h *itlHist) fits(gap int64) bool {
+	b := &itlRanges[h.last&uint8(len(itlRanges)-1)]
+	return gap > b.lo && gap <= b.hi
+}
+
+// count adds a gap of the latest bucket.
+func (h *itlHist) count(gap int64) {
+	h.min = min(h.min, gap)
 	h.max = max(h.max, gap)
 	h.curN++
 	h.curSum += gap
 }
 
+// move adds a gap outside the latest bucket, which it makes the latest.
+//
+//go:noinline
+func (h *itlHist) move(gap int64) {
+	if h.last == 0 {
+		h.min = gap // the first
+	}
+	h.flush()
+	h.last = uint8(itlBucket(gap)) + 1
+	h.count(gap)
+}
+
 // flush moves the latest bucket's gaps into n and sum; whoever reads n and
 // sum calls it first.
 func (h *itlHist) flush() {
-	h.n[h.last] += h.curN
-	h.sum[h.last] += h.curSum
+	if h.last == 0 {
+		return
+	}
+	h.n[h.last-1] += h.curN
+	h.sum[h.last-1] += h.curSum
 	h.curN, h.curSum = 0, 0
 }
 
-// smallest is the smallest gap; valid when any was added (minInv > 0: a gap
-// of math.MaxInt64 ns does not happen).
-func (h *itlHist) smallest() int64 { return math.MaxInt64 - h.minInv }
+// smallest is the smallest gap; valid when any was added.
+func (h *itlHist) smallest() int64 { return h.min }
 
 // empty reports whether no gap was added.
-func (h *itlHist) empty() bool { return h.minInv == 0 }
-
-// inBucket reports whether gap falls in ITL bucket i: (bound[i-1], bound[i]].
-func inBucket(gap int64, i int) bool {
-	return (i == 0 || gap > itlBoundsNs[i-1]) && (i == nITL-1 || gap <= itlBoundsNs[i])
-}
+func (h *itlHist) empty() bool { return h.last == 0 }
 
 // itlBucket is the bucket of gap: the first bound at or above it.
 func itlBucket(gap int64) int {

@@ -102,32 +102,7 @@ func (t *Tracker) Step(s *Step) error {
 	// rejection.
 	fast := t.inBound(ns) && !t.closed.Load()
 	now := t.now(ns)
-	var gen int64
-	seen := false
-	for i := range s.Decoded {
-		e := &s.Decoded[i]
-		if fast && uint(e.NewTokens) <= maxNewTokensStep {
-			if q := e.Req; q != nil && q.t == t && q.r != nil {
-				r := q.r
-				r.mu.Lock()
-				if r.claimDecode(ns, now) {
-					gen += t.decoded(r, e.NewTokens, ns, step, batch)
-					seen = true
-					r.mu.Unlock()
-					continue
-				}
-				r.mu.Unlock()
-			} else if q == nil {
-				if g, ok := t.decodedByID(s, e.RequestID, e.NewTokens, ns, now, step, batch); ok {
-					gen += g
-					seen = true
-					continue
-				}
-			}
-		}
-		u := Update{Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens}
-		errs = t.stepDecoded(s, &u, e.Req, ns, step, batch, errs)
-	}
+	gen, seen, errs := t.stepDecodes(s, fast, ns, now, step, batch, errs)
 	if len(s.SpecDecoded) > 0 {
 		var g int64
 		var sawSpec bool
@@ -256,6 +231,54 @@ func (r *reqState) claimDecode(ns, now int64) bool {
 	}
 	r.en.last, r.en.time, r.touched = KindDecoding, ns, now
 	return true
+}
+
+// stepDecodes applies the step's Decoded entries: runs of them by handle
+// on the fast path, one named by id on its own, anything else on the
+// general path.
+func (t *Tracker) stepDecodes(s *Step, fast bool, ns, now, step int64, batch int32, errs []error) (gen int64, seen bool, _ []error) {
+	for i := 0; i < len(s.Decoded); i++ {
+		if fast {
+			g, k := t.decodeHandles(s.Decoded[i:], ns, now, step, batch)
+			gen, seen, i = gen+g, seen || k > 0, i+k
+			if i == len(s.Decoded) {
+				break
+			}
+			if e := &s.Decoded[i]; e.Req == nil && uint(e.NewTokens) <= maxNewTokensStep {
+				if g, ok := t.decodedByID(s, e.RequestID, e.NewTokens, ns, now, step, batch); ok {
+					gen, seen = gen+g, true
+					continue
+				}
+			}
+		}
+		e := &s.Decoded[i]
+		u := Update{Kind: KindDecoding, RequestID: e.RequestID, NumNewTokens: e.NewTokens}
+		errs = t.stepDecoded(s, &u, e.Req, ns, step, batch, errs)
+	}
+	return gen, seen, errs
+}
+
+// decodeHandles applies the entries at the start of es that the fast path
+// by handle takes, and returns the tokens generated and how many entries
+// it took: the next one is for another path. Few values live across its
+// loop, so that they stay in registers.
+func (t *Tracker) decodeHandles(es []Decoded, ns, now, step int64, batch int32) (gen int64, k int) {
+	for ; k < len(es); k++ {
+		e := &es[k]
+		q := e.Req
+		if q == nil || q.t != t || q.r == nil || uint(e.NewTokens) > maxNewTokensStep {
+			return gen, k
+		}
+		r := q.r
+		r.mu.Lock()
+		if !r.claimDecode(ns, now) {
+			r.mu.Unlock()
+			return gen, k
+		}
+		gen += t.decoded(r, e.NewTokens, ns, step, batch)
+		r.mu.Unlock()
+	}
+	return gen, k
 }
 
 // decodedByID is the fast path of a decode named by id: the lookup
