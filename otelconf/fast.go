@@ -17,15 +17,22 @@ import (
 // trees handed straight to the TracerProvider's span processors
 // (otelstats.WithSpanProcessor) unless OTEL_TRACES_SAMPLER asks for a
 // sampler other than the default, which only the Tracer path consults.
-// They also carry what LLMTRACE_SAMPLING, LLMTRACE_DETAIL and the GenAI
-// content variable say.
+// When no exporter or processor takes spans (OTEL_TRACES_EXPORTER=none,
+// OTEL_SDK_DISABLED=true) they have the tracker build none
+// (otelstats.WithTraces(false)). They also carry what LLMTRACE_SAMPLING,
+// LLMTRACE_DETAIL and the GenAI content variable say.
 func (p *Providers) TrackerOptions() []otelstats.Option {
 	opts := []otelstats.Option{otelstats.WithTracerProvider(p.TracerProvider), otelstats.WithMeterProvider(p.MeterProvider)}
 	opts = append(opts, p.tracker...)
 	if p.Aggregator != nil {
 		opts = append(opts, otelstats.WithAggregator(p.Aggregator))
 	}
-	if p.direct {
+	switch {
+	case len(p.procs) == 0:
+		// Nothing takes the spans: build none (OTEL_TRACES_EXPORTER=none,
+		// OTEL_SDK_DISABLED=true).
+		opts = append(opts, otelstats.WithTraces(false))
+	case p.direct:
 		opts = append(opts, otelstats.WithSpanProcessor(p.procs), otelstats.WithResource(p.resource))
 	}
 	return opts

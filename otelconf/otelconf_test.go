@@ -753,7 +753,9 @@ func TestTrackerEnvironment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cleanEnv(t, EnvSampling, tc.sampling, EnvDetail, tc.detail, EnvCaptureContent, tc.content)
 			errs := captureErrors(t)
-			p := setup(t, Config{})
+			// A processor takes the spans: without one the tracker builds
+			// none, and no policy has anything to decide.
+			p := setup(t, Config{SpanProcessors: []sdktrace.SpanProcessor{tracetest.NewSpanRecorder()}})
 			var got []otelstats.RequestStats
 			tr, err := otelstats.NewTracker(append(p.TrackerOptions(),
 				otelstats.WithOnFinish(func(s *otelstats.RequestStats) { got = append(got, *s) }))...)
@@ -929,5 +931,47 @@ func TestBatchConfig(t *testing.T) {
 		if warned := len(errs.all()) > 0; warned != tc.warned {
 			t.Errorf("%v: warned %v: %v", tc.env, warned, errs.all())
 		}
+	}
+}
+
+// TestNoSpansWhereNothingTakesThem: with no trace exporter and no span
+// processor (OTEL_TRACES_EXPORTER=none, OTEL_SDK_DISABLED=true) the
+// tracker TrackerOptions make builds no spans and says so (traces_off);
+// a processor of the caller's gets them as before.
+func TestNoSpansWhereNothingTakesThem(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		procs bool
+		want  string
+	}{
+		{"traces none", []string{"OTEL_TRACES_EXPORTER", "none", "OTEL_METRICS_EXPORTER", "none"}, false, otelstats.NotTraced},
+		{"sdk disabled", []string{"OTEL_SDK_DISABLED", "true"}, false, otelstats.NotTraced},
+		{"traces none, a processor", []string{"OTEL_TRACES_EXPORTER", "none", "OTEL_METRICS_EXPORTER", "none"}, true, otelstats.SampledAll},
+		{"sdk disabled, a processor", []string{"OTEL_SDK_DISABLED", "true"}, true, otelstats.SampledAll},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cleanEnv(t, tc.env...)
+			rec := tracetest.NewSpanRecorder()
+			var c Config
+			if tc.procs {
+				c.SpanProcessors = []sdktrace.SpanProcessor{rec}
+			}
+			p := setup(t, c)
+			var got []otelstats.RequestStats
+			tr, err := otelstats.NewTracker(append(p.TrackerOptions(),
+				otelstats.WithOnFinish(func(s *otelstats.RequestStats) { got = append(got, *s) }))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			request(t, tr)
+			_ = tr.Shutdown(context.Background())
+			if len(got) != 1 || got[0].SamplingReason != tc.want || got[0].Sampled != tc.procs || !got[0].FirstTokenLatency.Valid {
+				t.Fatalf("stats %+v", got)
+			}
+			if n := len(rec.Ended()); (n > 0) != tc.procs {
+				t.Errorf("%d spans reached the caller's processor", n)
+			}
+		})
 	}
 }

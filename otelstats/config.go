@@ -32,10 +32,11 @@ const (
 )
 
 type config struct {
-	tp  trace.TracerProvider
-	mp  metric.MeterProvider
-	sp  sdktrace.SpanProcessor
-	res *resource.Resource
+	tp       trace.TracerProvider
+	mp       metric.MeterProvider
+	sp       sdktrace.SpanProcessor
+	res      *resource.Resource
+	noTraces bool
 
 	logger        *slog.Logger
 	statsInterval time.Duration
@@ -120,6 +121,18 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // (the default) trees go through the TracerProvider.
 func WithSpanProcessor(sp sdktrace.SpanProcessor) Option {
 	return optionFunc(func(c *config) { c.sp = sp })
+}
+
+// WithTraces(false) has the tracker build no spans: for a process whose
+// traces go nowhere (otelconf's TrackerOptions sets it when no exporter or
+// span processor takes them: OTEL_TRACES_EXPORTER=none, OTEL_SDK_DISABLED),
+// where building each kept request's tree only to drop it would cost more
+// than sampling 1% of them does. Every request is then reported not
+// sampled, with the reason NotTraced, and its metrics carry no exemplars;
+// everything else (stats, metrics, hooks) is as with traces. The default is
+// true.
+func WithTraces(on bool) Option {
+	return optionFunc(func(c *config) { c.noTraces = !on })
 }
 
 // WithResource sets the resource of the spans WithSpanProcessor exports —

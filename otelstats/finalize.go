@@ -66,8 +66,11 @@ func (t *Tracker) finalize(r *reqState, override string) {
 	if r.extra != nil {
 		parent = r.extra.parent
 	}
-	trusted := r.trusted && parent.IsValid()
-	keep, why := t.sampler.decide(s, r.traceID, parent.IsSampled(), trusted)
+	keep, why := false, NotTraced
+	if !t.cfg.noTraces {
+		trusted := r.trusted && parent.IsValid()
+		keep, why = t.sampler.decide(s, r.traceID, parent.IsSampled(), trusted)
+	}
 	s.Sampled, s.SamplingReason = keep, why
 
 	var sc trace.SpanContext

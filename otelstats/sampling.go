@@ -56,6 +56,9 @@ const (
 	SampledRatio     = "ratio"
 	// NotSampled is the reason of a dropped trace (seen in RequestStats).
 	NotSampled = "dropped"
+	// NotTraced is the reason of every request of a tracker that builds
+	// no traces (WithTraces(false)).
+	NotTraced = "traces_off"
 )
 
 // ParseSamplingPolicy reads a policy's text form (otelconf's LLMTRACE_SAMPLING): comma-separated

@@ -349,3 +349,27 @@ func findSpan(t *testing.T, ss []sdktrace.ReadOnlySpan, name string) sdktrace.Re
 	t.Fatalf("no span %q", name)
 	return nil
 }
+
+// TestWithoutTraces: WithTraces(false) builds no span, whatever the
+// policy keeps, reports every request not sampled (traces_off), and
+// leaves the metrics and stats as they are with traces.
+func TestWithoutTraces(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprint("traces=", on), func(t *testing.T) {
+			h := newHarness(t, WithTraces(on), WithSampling(&SamplingPolicy{Ratio: 1}))
+			runRequest(t, h.tr, "r", 0, 50, 20, 5, true, "stop")
+			s := h.statsOf("r")
+			wantReason, wantSpans := SampledRatio, 1
+			if !on {
+				wantReason, wantSpans = NotTraced, 0
+			}
+			if s.Sampled != on || s.SamplingReason != wantReason || !s.FirstTokenLatency.Valid || s.NumOutputTokens != 5 || s.NumPreemptions != 1 {
+				t.Errorf("stats %+v", s)
+			}
+			if got := len(h.rec.Ended()); (got > 0) != (wantSpans > 0) {
+				t.Errorf("%d spans ended, traces=%v", got, on)
+			}
+			h.wantHist(attributes.MetricTimeToFirstToken, 1, 50)
+		})
+	}
+}
