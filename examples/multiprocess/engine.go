@@ -61,6 +61,12 @@ func runEngine(o *options) error {
 	if err != nil {
 		return err
 	}
+	// Take work only once the stream is up: a request the frontend
+	// finishes before the collector knows an engine is present ends at
+	// once, and this engine's updates for it would come after its end.
+	for deadline := time.Now().Add(10 * time.Second); p.Stats().Connects == 0 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	l, err := transport.Listen(a, false)
 	if err != nil {
 		return err

@@ -42,6 +42,9 @@ type frontend struct {
 	reqs    map[string]*feReq
 	pending int
 	allDone chan struct{}
+	// waitEngine, with the collector in this process, waits for the
+	// engine's stream.
+	waitEngine func()
 }
 
 func runFrontend(o *options) error {
@@ -110,6 +113,9 @@ func runFrontend(o *options) error {
 			_ = child.Wait()
 		}
 		return err
+	}
+	if f.waitEngine != nil {
+		f.waitEngine()
 	}
 	f.enc = json.NewEncoder(conn)
 	go f.readEngine(conn)
@@ -193,6 +199,15 @@ func (f *frontend) hostCollector() (func(otelstats.Update), func() error, error)
 		defer close(served)
 		_ = col.Serve(l)
 	}()
+	// Requests go out once the collector has the engine's HELLO: the
+	// engine is then present (SPEC §1), and what the frontend finishes
+	// waits for its updates.
+	f.waitEngine = func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for col.Stats().Hellos == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	sink := func(u otelstats.Update) {
 		if err := tr.Record(u); err != nil {
 			f.log.Warn("rejected", "err", err)
