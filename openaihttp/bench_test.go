@@ -34,7 +34,7 @@ func BenchmarkExchangeChunk(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		if i%64 == 0 {
 			if ex != nil {
-				ex.finish(outcome{end: time.Now()})
+				ex.finish(outcome{end: time.Now()}, nil)
 			}
 			n++
 			ex = newTestExchange(b, tr, n, false)

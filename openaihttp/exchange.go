@@ -407,7 +407,7 @@ func (ex *exchange) truncated() bool {
 }
 
 // finish records what remains and FINISHED, and returns the update.
-func (ex *exchange) finish(o outcome) otelstats.Update {
+func (ex *exchange) finish(o outcome, metrics func(otelstats.Update)) otelstats.Update {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
 	if ex.done {
@@ -440,6 +440,9 @@ func (ex *exchange) finish(o outcome) otelstats.Update {
 	}
 	_ = ex.q.SetAttributes(ex.responseAttrs()...)
 	ex.end = u.Time
+	if metrics != nil {
+		metrics(u) // before the request ends: whoever sees it end sees them
+	}
 	ex.finishing.Store(true)
 	_ = ex.q.Record(u)
 	ex.sse.release()

@@ -611,3 +611,34 @@ func TestProxyContentCapture(t *testing.T) {
 		})
 	}
 }
+
+// Whoever sees a request finish (WithOnFinish, a test waiting for its stats)
+// already sees its HTTP metrics: they are recorded before the request ends.
+func TestHTTPMetricsBeforeFinish(t *testing.T) {
+	type seen struct{ server, client int }
+	at := make(chan seen, 1)
+	look := func(m map[string]metricdata.Aggregation) {
+		at <- seen{len(histPoints(t, m, "http.server.request.duration")), len(histPoints(t, m, "http.client.request.duration"))}
+	}
+
+	var x *h
+	x = newH(t, otelstats.WithOnFinish(func(*otelstats.RequestStats) { look(x.metrics()) }))
+	srv, c := serve(t, x.handler(&fakeServer{json: `{"choices":[]}`}, x.tr))
+	post(t, c, srv.URL+"/v1/chat/completions", `{"model":"m"}`)
+	if s := <-at; s.server != 1 {
+		t.Errorf("middleware: %d server points when the request finished, want 1", s.server)
+	}
+
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"message":{"content":"x"},"finish_reason":"stop"}]}`)
+	})
+	var hp *harness
+	hp = newHarness(t, up, nil, otelstats.WithOnFinish(func(*otelstats.RequestStats) { look(hp.collect()) }))
+	resp := hp.post(context.Background(), "/v1/chat/completions", `{"model":"m"}`)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if s := <-at; s.server != 1 || s.client != 1 {
+		t.Errorf("proxy: %d server and %d client points when the request finished, want 1 and 1", s.server, s.client)
+	}
+}

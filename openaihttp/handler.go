@@ -111,11 +111,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	normal := false
 	defer func() {
 		o := outcome{end: time.Now(), panicked: !normal, gone: ex.gone.done()}
-		u := ex.finish(o)
-		ex.setTrailer(w.Header())
+		var metrics func(otelstats.Update)
 		if h.cfg.httpMetrics {
-			h.cfg.inst.recordServer(r, route, ex.status, httpErrorType(ex.status, u.ErrorType), o.end.Sub(arrived))
+			metrics = func(u otelstats.Update) {
+				h.cfg.inst.recordServer(r, route, ex.status, httpErrorType(ex.status, u.ErrorType), o.end.Sub(arrived))
+			}
 		}
+		ex.finish(o, metrics)
+		ex.setTrailer(w.Header())
 	}()
 	h.next.ServeHTTP(rw, r2)
 	normal = true

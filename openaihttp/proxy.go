@@ -471,10 +471,13 @@ func (c *call) finish(w http.ResponseWriter, o outcome) {
 	if c.body != nil {
 		_ = c.body.rest.Close()
 	}
-	ex := c.ex
-	u := ex.finish(o)
-	ex.setTrailer(w.Header())
-	cfg := c.p.cfg
+	c.ex.finish(o, func(u otelstats.Update) { c.metrics(&o, u) })
+	c.ex.setTrailer(w.Header())
+}
+
+// metrics records the call's stalls and HTTP metrics.
+func (c *call) metrics(o *outcome, u otelstats.Update) {
+	ex, cfg := c.ex, c.p.cfg
 	if n := ex.stall.count; n > 0 {
 		cfg.inst.stalls.Add(context.Background(), int64(n), metric.WithAttributes(attributes.OperationName.String(ex.op)))
 	}

@@ -200,7 +200,7 @@ func FuzzExchangeStream(f *testing.F) {
 			t.Fatalf("one write: %+v\n  split: %+v", a, b)
 		}
 		for _, ex := range []*exchange{whole, parts} {
-			u := ex.finish(outcome{end: time.Now()})
+			u := ex.finish(outcome{end: time.Now()}, nil)
 			if u.FinishReason == "" || len(ex.obs.model) > otelstats.MaxModelLength || len(ex.obs.respID) > maxResponseID {
 				t.Fatalf("finished %+v, model %d bytes, id %d", u, len(ex.obs.model), len(ex.obs.respID))
 			}
