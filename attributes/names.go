@@ -53,7 +53,8 @@ const (
 	MetricSpansClamped     = "llm.spans.clamped"
 	MetricRequestsEvicted  = "llm.server.requests.evicted"
 	// MetricAttributesTruncated counts client-supplied strings cut at
-	// their cap before they became attributes, by llm.truncated.key.
+	// their cap, or with invalid UTF-8 replaced by U+FFFD, before they
+	// became attributes, by llm.truncated.key.
 	MetricAttributesTruncated = "llm.attributes.truncated"
 )
 

@@ -54,7 +54,7 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 		return nil, err
 	}
 	if in.truncated, err = m.Int64Counter(attributes.MetricAttributesTruncated, metric.WithUnit("{attribute}"),
-		metric.WithDescription("Client-supplied strings cut at their cap before they became attributes, by llm.truncated.key.")); err != nil {
+		metric.WithDescription("Client-supplied strings cut at their cap, or with invalid UTF-8 replaced, before they became attributes, by llm.truncated.key.")); err != nil {
 		return nil, err
 	}
 	if in.budgetRefused, err = m.Int64Counter(attributes.MetricHTTPBodyBudgetRefused, metric.WithUnit("{buffer}"),

@@ -2,6 +2,7 @@ package otelstats
 
 import (
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -222,9 +223,19 @@ func (t *Tracker) capNames(u *Update) {
 	t.capString(&u.LoRAAdapter, MaxModelLength, attributes.LoRAAdapter)
 }
 
+// capString cuts *s at n bytes on a UTF-8 boundary, counting the cut under
+// key. A string that is not valid UTF-8 has each run of invalid bytes replaced
+// by U+FFFD first, counted alike: OTLP strings are UTF-8, and one such
+// value among a metric export's attributes would fail the whole export.
 func (t *Tracker) capString(s *string, n int, key attribute.Key) {
+	changed := false
+	if !utf8.ValidString(*s) {
+		*s, changed = strings.ToValidUTF8(*s, "\uFFFD"), true
+	}
 	if len(*s) > n {
-		*s = cutUTF8(*s, n)
+		*s, changed = cutUTF8(*s, n), true
+	}
+	if changed {
 		t.inst.countTruncated(key)
 	}
 }

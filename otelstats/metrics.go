@@ -82,7 +82,7 @@ func newInstruments(mp metric.MeterProvider, ownHistograms bool, provider string
 	counter(&in.dropped, attributes.MetricSpansDropped, attributes.UnitSpan, "Spans that could not be exported.")
 	counter(&in.clamped, attributes.MetricSpansClamped, attributes.UnitSpan, "Spans clamped into their root because of clock skew.")
 	counter(&in.evicted, attributes.MetricRequestsEvicted, attributes.UnitRequest, "Requests evicted at the in-flight cap.")
-	counter(&in.truncated, attributes.MetricAttributesTruncated, "{attribute}", "Client-supplied strings cut at their cap.")
+	counter(&in.truncated, attributes.MetricAttributesTruncated, "{attribute}", "Client-supplied strings cut at their cap, or with invalid UTF-8 replaced, before they became attributes, by llm.truncated.key.")
 	err := mk.err
 	if err != nil {
 		return nil, err

@@ -367,6 +367,81 @@ func TestStepForeignHandles(t *testing.T) {
 	}
 }
 
+// Client-supplied names that are not UTF-8 (a binary frame, a Go caller
+// passing a client's bytes) become valid UTF-8 before they are attributes:
+// OTLP strings are UTF-8, and one bad value among a metric export's
+// attributes fails the whole export. Each repair is counted.
+func TestClientStringsNotUTF8(t *testing.T) {
+	h := newHarness(t)
+	h.must(Update{RequestID: "u", Kind: KindArrived, Time: at(0), Model: "m\xff\xfe", Operation: "chat\xc0", LoRAAdapter: "a\x80"})
+	h.must(Update{RequestID: "u", Kind: KindInputProcessed, Time: at(1), NumPromptTokens: 3,
+		Sampling: &SamplingParams{Stop: []string{"\xe2\x82", "ok"}}})
+	h.must(Update{RequestID: "u", Kind: KindFinished, Time: at(2), FinishReason: FinishError, ErrorType: "e\xff"})
+	s := h.statsOf("u")
+	for _, c := range []struct{ got, want string }{
+		{s.Model, "m\uFFFD"}, {s.Operation, "chat\uFFFD"}, {s.LoRAAdapter, "a\uFFFD"}, {s.ErrorType, "e\uFFFD"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%q, want %q", c.got, c.want)
+		}
+	}
+	root, _ := h.treeOf(s)
+	for _, kv := range root.Attributes() {
+		if kv.Key == attributes.RequestStopSequences {
+			if got := kv.Value.AsStringSlice(); got[0] != "\uFFFD" || got[1] != "ok" {
+				t.Errorf("stop sequences %q", got)
+			}
+		}
+	}
+	for name, m := range h.metrics() {
+		for _, set := range attributeSets(m) {
+			for _, kv := range set.ToSlice() {
+				if !utf8.ValidString(kv.Value.Emit()) {
+					t.Errorf("%s: attribute %s = %q", name, kv.Key, kv.Value.Emit())
+				}
+			}
+		}
+	}
+	for _, key := range []attribute.Key{attributes.RequestModel, attributes.OperationName, attributes.LoRAAdapter,
+		attributes.ErrorType, attributes.RequestStopSequences} {
+		if got := h.counter(attributes.MetricAttributesTruncated, attributes.TruncatedKey.String(string(key))); got != 1 {
+			t.Errorf("llm.attributes.truncated{%s} = %d, want 1", key, got)
+		}
+	}
+}
+
+// attributeSets are the attribute sets of an aggregation's points.
+func attributeSets(a metricdata.Aggregation) []attribute.Set {
+	var out []attribute.Set
+	switch d := a.(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Sum[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Gauge[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	case metricdata.Histogram[int64]:
+		for _, p := range d.DataPoints {
+			out = append(out, p.Attributes)
+		}
+	}
+	return out
+}
+
 // Issue 12.6: client-supplied strings that become attributes are cut at
 // their caps and counted; the request is still traced whole.
 func TestClientStringsCapped(t *testing.T) {
