@@ -47,6 +47,9 @@ type selection struct {
 	// reads itself: Config.TracesEndpoint, or the specification's default
 	// endpoint when no endpoint variable is set.
 	override string
+	// sdkObservability is OTEL_GO_X_OBSERVABILITY=true: the SDK's
+	// exporters count what they send, which only their own encoding can.
+	sdkObservability bool
 }
 
 // target is how Status and ExportError name where the signal goes.
@@ -111,6 +114,7 @@ func selectSignal(signal, override string) (selection, error) {
 		return s, nil
 	}
 	s.exporter = "otlp"
+	s.sdkObservability = strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_GO_X_OBSERVABILITY")), "true")
 	var err error
 	if s.protocol, err = otlpProtocol(s.suffix); err != nil {
 		return s, err

@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/llmtrace/llmtrace/attributes"
@@ -971,6 +973,43 @@ func TestNoSpansWhereNothingTakesThem(t *testing.T) {
 			}
 			if n := len(rec.Ended()); (n > 0) != tc.procs {
 				t.Errorf("%d spans reached the caller's processor", n)
+			}
+		})
+	}
+}
+
+// A span carrying a string that is not UTF-8 (a client's header, a body)
+// reaches the backend repaired, and the spans batched with it arrive: the
+// SDK's exporter fails the whole request for it. With
+// OTEL_GO_X_OBSERVABILITY=true the SDK's own exporter is kept.
+func TestInvalidUTF8CostsNoBatch(t *testing.T) {
+	for _, c := range []struct{ protocol, observability string }{{"", ""}, {"http/protobuf", ""}, {"http/protobuf", "true"}} {
+		t.Run("protocol="+c.protocol+",observability="+c.observability, func(t *testing.T) {
+			rec := startReceiver(t, receiverOpts{http: c.protocol != "", traces: true})
+			cleanEnv(t, "OTEL_EXPORTER_OTLP_ENDPOINT", rec.Endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL", c.protocol,
+				"OTEL_METRICS_EXPORTER", "none", "OTEL_GO_X_OBSERVABILITY", c.observability)
+			p := setup(t, Config{ServiceName: "svc"})
+			tr := p.TracerProvider.Tracer("t")
+			names, bad := []string{"ok-1", "bad\xff", "ok-2"}, "\xc0"
+			if c.observability != "" {
+				names, bad = []string{"ok-1", "ok-2"}, "" // the SDK's exporter would fail them all
+			}
+			for _, n := range names {
+				_, s := tr.Start(context.Background(), n, trace.WithAttributes(attribute.String("user_agent.original", n+bad)))
+				s.End()
+			}
+			if err := p.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			want := strings.ToValidUTF8(strings.Join(names, ","), "\uFFFD")
+			rec.mu.Lock()
+			got := strings.Join(rec.spans, ",")
+			rec.mu.Unlock()
+			if got != want {
+				t.Errorf("receiver got spans %q, want %q", got, want)
+			}
+			if st := p.Status().Traces; st.Exported != int64(len(names)) || st.Dropped != 0 {
+				t.Errorf("traces status %+v", st)
 			}
 		})
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/llmtrace/llmtrace/internal/otlpwire"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -14,35 +16,47 @@ import (
 // default, which autoexport cannot be told), any other name through
 // autoexport (console, none, and what a program registered with
 // autoexport.RegisterSpanExporter). It returns nil for none.
+//
+// OTLP spans are encoded by internal/otlpwire and sent by the SDK's own
+// client (so every OTEL_EXPORTER_OTLP_* variable applies as before); the
+// SDK's exporter, which builds protobuf structs first, stays for
+// OTEL_GO_X_OBSERVABILITY=true, whose span counts read those structs.
 func newSpanExporter(ctx context.Context, sel selection) (sdktrace.SpanExporter, error) {
 	if sel.exporter == "" {
 		return nil, nil
 	}
-	var (
-		exp sdktrace.SpanExporter
-		err error
-	)
-	switch {
-	case sel.exporter != "otlp":
-		exp, err = autoexport.NewSpanExporter(ctx)
+	if sel.exporter != "otlp" {
+		exp, err := autoexport.NewSpanExporter(ctx)
 		if err != nil {
 			return nil, exporterError("OTEL_TRACES_EXPORTER", sel.exporter, "otlp, console or none", err)
 		}
 		if autoexport.IsNoneSpanExporter(exp) {
 			return nil, nil
 		}
-	case sel.protocol == "grpc":
+		return exp, nil
+	}
+	var client otlptrace.Client
+	if sel.protocol == "grpc" {
 		var opts []otlptracegrpc.Option
 		if sel.override != "" {
 			opts = append(opts, otlptracegrpc.WithEndpointURL(sel.override))
 		}
-		exp, err = otlptracegrpc.New(ctx, opts...)
-	default:
+		client = otlptracegrpc.NewClient(opts...)
+	} else {
 		var opts []otlptracehttp.Option
 		if sel.override != "" {
 			opts = append(opts, otlptracehttp.WithEndpointURL(sel.override))
 		}
-		exp, err = otlptracehttp.New(ctx, opts...)
+		client = otlptracehttp.NewClient(opts...)
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	if sel.sdkObservability {
+		exp, err = otlptrace.New(ctx, client)
+	} else {
+		exp, err = otlpwire.New(ctx, client)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("otelconf: traces exporter: %w", err)
