@@ -394,7 +394,7 @@ func TestClientStringsNotUTF8(t *testing.T) {
 		}
 	}
 	for name, m := range h.metrics() {
-		for _, set := range attributeSets(m) {
+		for _, set := range attrSetsOf(m) {
 			for _, kv := range set.ToSlice() {
 				if kv.Value.Type() == attribute.STRING && !utf8.ValidString(kv.Value.AsString()) {
 					t.Errorf("%s: attribute %s = %q", name, kv.Key, kv.Value.AsString())
@@ -408,38 +408,6 @@ func TestClientStringsNotUTF8(t *testing.T) {
 			t.Errorf("llm.attributes.truncated{%s} = %d, want 1", key, got)
 		}
 	}
-}
-
-// attributeSets are the attribute sets of an aggregation's points.
-func attributeSets(a metricdata.Aggregation) []attribute.Set {
-	var out []attribute.Set
-	switch d := a.(type) {
-	case metricdata.Sum[int64]:
-		for _, p := range d.DataPoints {
-			out = append(out, p.Attributes)
-		}
-	case metricdata.Sum[float64]:
-		for _, p := range d.DataPoints {
-			out = append(out, p.Attributes)
-		}
-	case metricdata.Gauge[int64]:
-		for _, p := range d.DataPoints {
-			out = append(out, p.Attributes)
-		}
-	case metricdata.Gauge[float64]:
-		for _, p := range d.DataPoints {
-			out = append(out, p.Attributes)
-		}
-	case metricdata.Histogram[float64]:
-		for _, p := range d.DataPoints {
-			out = append(out, p.Attributes)
-		}
-	case metricdata.Histogram[int64]:
-		for _, p := range d.DataPoints {
-			out = append(out, p.Attributes)
-		}
-	}
-	return out
 }
 
 // Issue 12.6: client-supplied strings that become attributes are cut at
