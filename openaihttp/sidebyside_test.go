@@ -458,7 +458,9 @@ const sbsRound = 25
 // reverseproxy and llmtrace, in alternating rounds (each mode first in
 // turn). streams=1 sends them one at a time, for the latency a proxy adds;
 // streams=4 keeps four open at once, as an engine's batch does (one
-// stream at a time, a proxy's CPU goes mostly to waking up). export=otlp
+// stream at a time, a proxy's CPU goes mostly to waking up), and
+// streams=16 sixteen, a busier proxy whose code stays in the CPU's caches
+// between requests. export=otlp
 // has the llmtrace proxy export traces and metrics over OTLP/HTTP to a
 // receiver in the benchmark's process (metrics every second);
 // export=off runs it with OTEL_SDK_DISABLED=true. Reported: each mode's
@@ -470,7 +472,7 @@ const sbsRound = 25
 // The benchmark fails if a stream is not whole or, exporting, the
 // receiver got fewer spans than requests.
 func BenchmarkSideBySide(b *testing.B) {
-	for _, streams := range []int{1, 4} {
+	for _, streams := range []int{1, 4, 16} {
 		for _, export := range []string{"otlp", "off"} {
 			b.Run(fmt.Sprintf("streams=%d/export=%s", streams, export), func(b *testing.B) { sideBySide(b, streams, export) })
 		}
