@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -94,4 +95,24 @@ func BenchmarkProxyStream(b *testing.B) {
 	}
 	p.CloseIdleConnections()
 	client.CloseIdleConnections()
+}
+
+// BenchmarkHTTPMetrics is a proxied request's two HTTP duration
+// measurements (http.server.request.duration, http.client.request.duration)
+// into the SDK's histograms, in a tight loop: what they cost with warm
+// caches, beside what the side-by-side profile finds per request
+// (BENCHMARKS.md, "Where the rest goes").
+func BenchmarkHTTPMetrics(b *testing.B) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer mp.Shutdown(context.Background())
+	in, err := newInstruments(mp.Meter(ScopeName))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		in.recordServer(r, "/v1/chat/completions", http.StatusOK, "", 30*time.Millisecond)
+		in.recordClient(http.MethodPost, "http", "127.0.0.1", 8000, http.StatusOK, "", 30*time.Millisecond)
+	}
 }

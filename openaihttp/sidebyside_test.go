@@ -525,10 +525,23 @@ func sideBySide(b *testing.B, streams int, export string) {
 	}
 	rp.stop(b)
 	ours.stop(b)
-	if export == "otlp" && !strings.Contains(os.Getenv(sbsEnvEnv), "OTEL_TRACES_EXPORTER=none") && rec.spans.Load() < int64(b.N) {
+	if export == "otlp" && everyTraceKept(os.Getenv(sbsEnvEnv)) && rec.spans.Load() < int64(b.N) {
 		b.Fatalf("the receiver got %d spans for %d requests", rec.spans.Load(), b.N)
 	}
 	sbsReport(b, modes, rec)
+}
+
+// everyTraceKept reports whether the llmtrace proxy, with these extra
+// settings (OPENAIHTTP_SBS_ENV), exports every request's trace: not when
+// traces are off or sampled.
+func everyTraceKept(extra string) bool {
+	for _, kv := range strings.Split(extra, ",") {
+		if kv == "OTEL_TRACES_EXPORTER=none" || strings.HasPrefix(kv, "OTEL_TRACES_SAMPLER=") ||
+			strings.HasPrefix(kv, "LLMTRACE_SAMPLING=") {
+			return false
+		}
+	}
+	return true
 }
 
 // sbsChildEnv is a proxy process's environment beside the benchmark's:
