@@ -460,17 +460,17 @@ const sbsRound = 25
 // streams=4 keeps four open at once, as an engine's batch does (one
 // stream at a time, a proxy's CPU goes mostly to waking up), and
 // streams=16 sixteen, a busier proxy whose code stays in the CPU's caches
-// between requests. export=otlp
-// has the llmtrace proxy export traces and metrics over OTLP/HTTP to a
-// receiver in the benchmark's process (metrics every second);
+// between requests. export=otlp has the llmtrace proxy export traces and
+// metrics over OTLP/HTTP to a receiver in the benchmark's process (metrics
+// every second);
 // export=off runs it with OTEL_SDK_DISABLED=true. Reported: each mode's
 // TTFT p50 (median of the rounds') and p99 (over all requests), each
 // proxy process's CPU time, allocations, bytes and context switches per
 // request (all it spent from the first measured round to the end of the
 // last, over the requests it served), and the ratios of llmtrace to
 // reverseproxy.
-// The benchmark fails if a stream is not whole or, exporting, the
-// receiver got fewer spans than requests.
+// The benchmark fails if a stream is not whole or, exporting every trace,
+// the receiver got fewer spans than requests.
 func BenchmarkSideBySide(b *testing.B) {
 	for _, streams := range []int{1, 4, 16} {
 		for _, export := range []string{"otlp", "off"} {
