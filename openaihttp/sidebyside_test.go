@@ -462,8 +462,8 @@ const sbsRound = 25
 // streams=16 sixteen, a busier proxy whose code stays in the CPU's caches
 // between requests. export=otlp has the llmtrace proxy export traces and
 // metrics over OTLP/HTTP to a receiver in the benchmark's process (metrics
-// every second);
-// export=off runs it with OTEL_SDK_DISABLED=true. Reported: each mode's
+// every second); export=off runs it with OTEL_SDK_DISABLED=true.
+// Reported: each mode's
 // TTFT p50 (median of the rounds') and p99 (over all requests), each
 // proxy process's CPU time, allocations, bytes and context switches per
 // request (all it spent from the first measured round to the end of the
@@ -525,17 +525,26 @@ func sideBySide(b *testing.B, streams int, export string) {
 	}
 	rp.stop(b)
 	ours.stop(b)
-	if export == "otlp" && everyTraceKept(os.Getenv(sbsEnvEnv)) && rec.spans.Load() < int64(b.N) {
+	if export == "otlp" && everyTraceKept(sbsExtraEnv()) && rec.spans.Load() < int64(b.N) {
 		b.Fatalf("the receiver got %d spans for %d requests", rec.spans.Load(), b.N)
 	}
 	sbsReport(b, modes, rec)
 }
 
+// sbsExtraEnv is OPENAIHTTP_SBS_ENV's VAR=value settings (a value cannot
+// hold a comma).
+func sbsExtraEnv() []string {
+	if extra := os.Getenv(sbsEnvEnv); extra != "" {
+		return strings.Split(extra, ",")
+	}
+	return nil
+}
+
 // everyTraceKept reports whether the llmtrace proxy, with these extra
-// settings (OPENAIHTTP_SBS_ENV), exports every request's trace: not when
-// traces are off or sampled.
-func everyTraceKept(extra string) bool {
-	for _, kv := range strings.Split(extra, ",") {
+// settings, exports every request's trace: not when traces are off or
+// sampled.
+func everyTraceKept(extra []string) bool {
+	for _, kv := range extra {
 		if kv == "OTEL_TRACES_EXPORTER=none" || strings.HasPrefix(kv, "OTEL_TRACES_SAMPLER=") ||
 			strings.HasPrefix(kv, "LLMTRACE_SAMPLING=") {
 			return false
@@ -560,10 +569,7 @@ func sbsChildEnv(mode, export, receiver string) []string {
 	}
 	env = append(env, "OTEL_EXPORTER_OTLP_ENDPOINT="+receiver, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
 		"OTEL_METRIC_EXPORT_INTERVAL=1000")
-	if extra := os.Getenv(sbsEnvEnv); extra != "" {
-		env = append(env, strings.Split(extra, ",")...)
-	}
-	return env
+	return append(env, sbsExtraEnv()...)
 }
 
 func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
