@@ -243,6 +243,9 @@ func TestJSONLinesWithHelloAndMonotonicTimes(t *testing.T) {
 	conn.Close()
 	s := e.waitStat("j1")
 	checkLifecycle(t, s, t0)
+	// The request can finish before the stream counts its last update:
+	// the counters are final once the stream has ended.
+	wait(t, "the stream to end", func() bool { return e.c.Stats().ActiveStreams == 0 })
 	if st := e.c.Stats(); st.Hellos != 1 || st.Updates != 10 || st.Rejected != 0 || st.Malformed != 0 {
 		t.Errorf("stats %+v", st)
 	}
