@@ -87,7 +87,9 @@ func kindOption(k trace.SpanKind) trace.SpanStartOption {
 func (c *call) buildSpans(ps *proxySpans) {
 	ex := c.ex
 	lo, hi := ex.arrived, maxTime(ex.end, ex.arrived)
-	in := func(t time.Time) int64 { return minTime(maxTime(t, lo), hi).UnixNano() }
+	// On the tracker's timeline, as the root's times are: wall readings
+	// drift from it while the clock is slewed (a fresh boot's NTP).
+	in := func(t time.Time) int64 { return c.p.t.UnixNano(minTime(maxTime(t, lo), hi)) }
 	sent := in(c.sent)
 	if c.sent.IsZero() {
 		sent = in(ex.parsedAt)
@@ -158,7 +160,7 @@ func (c *call) streamSpan(in func(time.Time) int64, errType string) spans.Span {
 		attrs = append(attrs, attributes.UsageCacheReadInput.Int64(ex.obs.cached))
 	}
 	s := spans.Span{Name: SpanStream, Kind: trace.SpanKindInternal, Start: first,
-		End: max(in(maxTime(ex.lastWrite, ex.lastContent)), first), Events: d.spanEvents()}
+		End: max(in(maxTime(ex.lastWrite, ex.lastContent)), first), Events: d.spanEvents(in)}
 	if errType != "" {
 		attrs = append(attrs, attributes.ErrorType.String(errType))
 		s.Status, s.StatusDesc = codes.Error, errType

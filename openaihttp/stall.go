@@ -138,8 +138,9 @@ func (d *stallDetector) add(gap time.Duration) (stall bool, median time.Duration
 	return stall, med
 }
 
-// spanEvents are the stall events of the stream span.
-func (d *stallDetector) spanEvents() []spans.Event {
+// spanEvents are the stall events of the stream span, their times mapped
+// by in.
+func (d *stallDetector) spanEvents(in func(time.Time) int64) []spans.Event {
 	if len(d.events) == 0 {
 		return nil
 	}
@@ -148,7 +149,7 @@ func (d *stallDetector) spanEvents() []spans.Event {
 	for i, e := range d.events {
 		j := len(attrs)
 		attrs = append(attrs, AttrStallGap.Float64(e.gap.Seconds()), AttrStallMedian.Float64(e.median.Seconds()), AttrStallChunk.Int(e.chunk))
-		out[i] = spans.Event{Name: EventStall, Time: e.at.UnixNano(), Attrs: attrs[j:len(attrs):len(attrs)]}
+		out[i] = spans.Event{Name: EventStall, Time: in(e.at), Attrs: attrs[j:len(attrs):len(attrs)]}
 	}
 	return out
 }

@@ -306,7 +306,7 @@ func TestIDReusedDuringTheWait(t *testing.T) {
 	}
 }
 
-// TestTimeMapping: the tracker's clock mapping gives a time without a
+// TestTimeMapping: the tracker's clock mapping (Tracker.UnixNano) gives a time without a
 // monotonic reading its wall value, and one with a reading its monotonic
 // distance from the tracker's anchor; far-off times stay out of the
 // accepted range (no int64 wrap-around makes them valid).
@@ -328,8 +328,8 @@ func TestTimeMapping(t *testing.T) {
 		{"1970", time.Unix(1, 0), 1e9},
 		{"2199", time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC), time.Date(2199, 12, 31, 0, 0, 0, 0, time.UTC).UnixNano()},
 	} {
-		if got := tr.ns(tc.in); got != tc.want {
-			t.Errorf("%s: ns = %d, want %d", tc.name, got, tc.want)
+		if got := tr.UnixNano(tc.in); got != tc.want {
+			t.Errorf("%s: UnixNano = %d, want %d", tc.name, got, tc.want)
 		}
 	}
 	for _, far := range []time.Time{{}, time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC),

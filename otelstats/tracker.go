@@ -152,6 +152,14 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 	return t, nil
 }
 
+// UnixNano returns tm as the tracker writes it into spans: Unix nanoseconds
+// on the tracker's timeline, where a time with a monotonic reading is
+// measured on the monotonic clock from the tracker's start. Spans a caller
+// builds beside the tracker's (a proxy's upstream call, say) use it so that
+// they stay inside the request's root while the wall clock is slewed or
+// stepped; time.Time.UnixNano reads the wall clock and would not.
+func (t *Tracker) UnixNano(tm time.Time) int64 { return t.ns(tm) }
+
 // ns maps t onto wall-clock nanoseconds through the tracker's anchor: a time
 // with a monotonic reading is measured on the monotonic clock from the
 // anchor, a time without one (parsed, simulated) keeps its wall value.
