@@ -48,8 +48,8 @@
 // update or step), in the style of golang.org/x/time/rate, so simulations and
 // replays use their own clock and tests need no fake one. Times taken with
 // time.Now keep their monotonic reading: intervals within the process come
-// from the monotonic clock, mapped onto wall time through one anchor taken
-// when the Tracker was created (SPEC §5). Code that builds spans of its own
+// from the monotonic clock, mapped onto wall time through the process's one
+// anchor, taken when it started and shared by all its trackers (SPEC §5). Code that builds spans of its own
 // beside a request's tree maps its times with Tracker.UnixNano, so they stay
 // inside the root while the wall clock is slewed or stepped.
 package otelstats

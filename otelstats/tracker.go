@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/internal/anchor"
 	"github.com/llmtrace/llmtrace/spans"
 )
 
@@ -123,8 +124,8 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 		inst:     inst,
 		models:   newModelSet(cfg.models, cfg.maxModels),
 		adapters: newModelSet(cfg.adapters, cfg.maxModels),
-		anchor:   now,
-		anchorNs: now.UnixNano(),
+		anchor:   anchor.Start(),
+		anchorNs: anchor.StartUnixNano(),
 		seed:     maphash.MakeSeed(),
 		stop:     make(chan struct{}),
 	}
@@ -136,7 +137,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 		t.src = &spans.Source{Resource: res, Scope: instrumentation.Scope{Name: ScopeName, Version: Version()}}
 	}
 	t.live = cfg.autoSweep > 0
-	t.clock.Store(t.anchorNs)
+	t.clock.Store(t.ns(now))
 	t.aheadNs = int64(cfg.maxAhead)
 	t.stats = newStatsLog(t)
 	t.sampler = newSampler(cfg.sampling)
@@ -154,13 +155,13 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 
 // UnixNano returns tm as the tracker writes it into spans: Unix nanoseconds
 // on the tracker's timeline, where a time with a monotonic reading is
-// measured on the monotonic clock from the tracker's start. Spans a caller
+// measured on the monotonic clock from the process's anchor. Spans a caller
 // builds beside the tracker's (a proxy's upstream call, say) use it so that
 // they stay inside the request's root while the wall clock is slewed or
 // stepped; time.Time.UnixNano reads the wall clock and would not.
 func (t *Tracker) UnixNano(tm time.Time) int64 { return t.ns(tm) }
 
-// ns maps t onto wall-clock nanoseconds through the tracker's anchor: a time
+// ns maps t onto wall-clock nanoseconds through the process's anchor: a time
 // with a monotonic reading is measured on the monotonic clock from the
 // anchor, a time without one (parsed, simulated) keeps its wall value.
 func (t *Tracker) ns(tm time.Time) int64 {

@@ -12,11 +12,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmtrace/llmtrace/internal/anchor"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
-// processStart is the origin of this process's monotonic timestamps.
-var processStart = time.Now()
+// processStart is the origin of this process's monotonic timestamps: the
+// process's one anchor, which its trackers share.
+var processStart = anchor.Start()
 
 // Defaults of a Producer.
 const (
@@ -140,7 +142,7 @@ func NewProducer(cfg ProducerConfig) (*Producer, error) {
 		done:       make(chan struct{}),
 		ctx:        ctx,
 		cancel:     cancel,
-		anchorWall: now.UnixNano() + int64(cfg.ClockOffset),
+		anchorWall: anchor.StartUnixNano() + int64(now.Sub(processStart)) + int64(cfg.ClockOffset),
 		anchorMono: int64(now.Sub(processStart)),
 	}
 	go p.run()
