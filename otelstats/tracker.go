@@ -67,6 +67,9 @@ type Tracker struct {
 	models   *modelSet
 	adapters *modelSet
 
+	// anchor and anchorNs are the process's anchor (internal/anchor),
+	// copied here for the hot path; a test skews anchorNs to play a wall
+	// clock slewed since the process began.
 	anchor   time.Time
 	anchorNs int64
 	seed     maphash.Seed
