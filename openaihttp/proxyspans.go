@@ -40,14 +40,7 @@ func (c *call) emit() {
 	ex := c.ex
 	root := ex.q.SpanContext()
 	if sp := c.p.cfg.sp; sp != nil {
-		for i := range ps.n {
-			id := ps.ids[i]
-			if !id.IsValid() {
-				id = spans.NewSpanID()
-			}
-			t := spans.Tree{Spans: ps.spans[i : i+1], TraceID: c.traceID, SpanID: id, Parent: root}
-			t.Export(sp, c.p.cfg.src)
-		}
+		spans.ExportChildren(sp, c.p.cfg.src, root, ps.spans[:ps.n], ps.ids[:ps.n])
 		return
 	}
 	ctx := trace.ContextWithSpanContext(context.Background(), root)

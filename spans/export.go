@@ -35,33 +35,7 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 	if len(t.Spans) == 0 || sp == nil {
 		return trace.SpanContext{}
 	}
-	// Three allocations: the spans, every attribute, every event.
-	nAttrs, nEvents := 0, 0
-	for i := range t.Spans {
-		nAttrs += len(t.Spans[i].Attrs)
-		nEvents += len(t.Spans[i].Events)
-		for j := range t.Spans[i].Events {
-			nAttrs += len(t.Spans[i].Events[j].Attrs)
-		}
-	}
-	// Four allocations: the tree's shared part, the spans, every
-	// attribute, every event.
-	h := &exportTree{src: src}
-	out := make([]finished, len(t.Spans))
-	kvs := make([]attribute.KeyValue, 0, nAttrs)
-	var evs []sdktrace.Event
-	if nEvents > 0 {
-		evs = make([]sdktrace.Event, 0, nEvents)
-	}
-	take := func(a []attribute.KeyValue) []attribute.KeyValue {
-		if len(a) == 0 {
-			return nil
-		}
-		i := len(kvs)
-		kvs = append(kvs, a...)
-		return kvs[i:len(kvs):len(kvs)]
-	}
-
+	h, out := newExport(src, t.Spans)
 	traceID, rootID := t.TraceID, t.SpanID
 	if !traceID.IsValid() {
 		if t.Parent.IsValid() {
@@ -80,8 +54,68 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 	if t.Parent.IsValid() {
 		h.state = t.Parent.TraceState()
 	}
-	for i := range t.Spans {
-		s, f := &t.Spans[i], &out[i]
+	h.root = &out[0]
+	out[0].id, out[0].children = rootID, int32(len(out)-1)
+	for i := 1; i < len(out); i++ {
+		out[i].id = NewSpanID()
+		sp.OnEnd(&out[i])
+	}
+	sp.OnEnd(&out[0])
+	return out[0].SpanContext()
+}
+
+// ExportChildren hands ss to sp as finished, read-only spans in their
+// order, each a direct child of parent: spans a layer adds under a root
+// exported elsewhere (the proxy's under the tracker's request span). The
+// i-th span's id is ids[i] where that is valid (ids may be shorter than
+// ss), else a new one. Several siblings cost the four allocations of one
+// tree rather than four each. Without a valid parent nothing is exported:
+// a child cannot start a trace of its own.
+func ExportChildren(sp sdktrace.SpanProcessor, src *Source, parent trace.SpanContext, ss []Span, ids []trace.SpanID) {
+	if len(ss) == 0 || sp == nil || !parent.IsValid() {
+		return
+	}
+	h, out := newExport(src, ss)
+	h.traceID, h.parent, h.state = parent.TraceID(), parent, parent.TraceState()
+	for i := range out {
+		if i < len(ids) && ids[i].IsValid() {
+			out[i].id = ids[i]
+		} else {
+			out[i].id = NewSpanID()
+		}
+		sp.OnEnd(&out[i])
+	}
+}
+
+// newExport builds the finished spans of ss, without their ids, and what
+// they share, without its identity: four allocations — the shared part,
+// the spans, every attribute, every event.
+func newExport(src *Source, ss []Span) (*exportTree, []finished) {
+	nAttrs, nEvents := 0, 0
+	for i := range ss {
+		nAttrs += len(ss[i].Attrs)
+		nEvents += len(ss[i].Events)
+		for j := range ss[i].Events {
+			nAttrs += len(ss[i].Events[j].Attrs)
+		}
+	}
+	h := &exportTree{src: src}
+	out := make([]finished, len(ss))
+	kvs := make([]attribute.KeyValue, 0, nAttrs)
+	var evs []sdktrace.Event
+	if nEvents > 0 {
+		evs = make([]sdktrace.Event, 0, nEvents)
+	}
+	take := func(a []attribute.KeyValue) []attribute.KeyValue {
+		if len(a) == 0 {
+			return nil
+		}
+		i := len(kvs)
+		kvs = append(kvs, a...)
+		return kvs[i:len(kvs):len(kvs)]
+	}
+	for i := range ss {
+		s, f := &ss[i], &out[i]
 		f.h = h
 		f.name, f.kind = s.Name, s.Kind
 		f.start, f.end = s.Start, s.End
@@ -99,18 +133,8 @@ func (t *Tree) Export(sp sdktrace.SpanProcessor, src *Source) trace.SpanContext 
 			}
 			f.events = evs[j:len(evs):len(evs)]
 		}
-		if i == 0 {
-			f.id, f.children = rootID, int32(len(t.Spans)-1)
-			h.root = f
-			continue
-		}
-		f.id = NewSpanID()
 	}
-	for i := 1; i < len(out); i++ {
-		sp.OnEnd(&out[i])
-	}
-	sp.OnEnd(&out[0])
-	return out[0].SpanContext()
+	return h, out
 }
 
 // exportTree is what the spans of one exported tree share.
@@ -120,7 +144,7 @@ type exportTree struct {
 	state   trace.TraceState
 	parent  trace.SpanContext // the root's (remote) parent, if any
 	links   []sdktrace.Link   // the root's
-	root    *finished
+	root    *finished         // nil for ExportChildren's siblings
 }
 
 // finished is a span that ended before it was ever handed out: immutable
@@ -157,7 +181,7 @@ func (f *finished) SpanContext() trace.SpanContext {
 }
 
 func (f *finished) Parent() trace.SpanContext {
-	if f == f.h.root {
+	if f.h.root == nil || f == f.h.root {
 		return f.h.parent
 	}
 	return f.h.root.SpanContext()

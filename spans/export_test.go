@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -256,3 +257,74 @@ func (f collect) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 func (f collect) OnEnd(s sdktrace.ReadOnlySpan)                   { f(s) }
 func (f collect) Shutdown(context.Context) error                  { return nil }
 func (f collect) ForceFlush(context.Context) error                { return nil }
+
+// TestExportChildrenMatchesTracer: siblings handed over by ExportChildren
+// are what starting each as a child of the parent through an SDK Tracer
+// ends — parent, trace, state, the ids asked for, no children, no links —
+// and without a valid parent or processor nothing is handed over.
+func TestExportChildrenMatchesTracer(t *testing.T) {
+	res := resource.NewSchemaless(attribute.String("service.name", "export-test"))
+	scope := instrumentation.Scope{Name: "github.com/llmtrace/llmtrace/openaihttp", Version: "v9"}
+	ts, _ := trace.ParseTraceState("vendor=x")
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: NewTraceID(), SpanID: NewSpanID(), TraceFlags: trace.FlagsSampled, TraceState: ts})
+	preset := NewSpanID()
+	ss := []Span{
+		{Name: "POST", Kind: trace.SpanKindClient, Start: ms(1), End: ms(5), Attrs: []attribute.KeyValue{attribute.Int("http.response.status_code", 502)},
+			Status: codes.Error, StatusDesc: "upstream"},
+		{Name: "llm.proxy.stream", Kind: trace.SpanKindInternal, Start: ms(2), End: ms(5),
+			Events: []Event{{Name: "llm.proxy.stall", Time: ms(3), Attrs: []attribute.KeyValue{attribute.Float64("gap", 0.5)}}}},
+		{Name: "llm.proxy.wait_first_token", Kind: trace.SpanKindInternal, Start: ms(1), End: ms(2), Status: codes.Ok, StatusDesc: "dropped"},
+	}
+	ids := []trace.SpanID{preset} // the rest drawn
+
+	viaTracer := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(viaTracer), sdktrace.WithResource(res))
+	tracer := tp.Tracer(scope.Name, trace.WithInstrumentationVersion(scope.Version))
+	ctx := trace.ContextWithSpanContext(context.Background(), parent)
+	for _, s := range ss {
+		_, span := tracer.Start(ctx, s.Name, trace.WithSpanKind(s.Kind), trace.WithTimestamp(time.Unix(0, s.Start)), trace.WithAttributes(s.Attrs...))
+		for _, e := range s.Events {
+			span.AddEvent(e.Name, trace.WithTimestamp(time.Unix(0, e.Time)), trace.WithAttributes(e.Attrs...))
+		}
+		span.SetStatus(s.Status, s.StatusDesc)
+		span.End(trace.WithTimestamp(time.Unix(0, s.End)))
+	}
+	direct := tracetest.NewSpanRecorder()
+	ExportChildren(direct, &Source{Resource: res, Scope: scope}, parent, ss, ids)
+	got, want := direct.Ended(), viaTracer.Ended()
+	if len(got) != len(want) {
+		t.Fatalf("%d spans, want %d", len(got), len(want))
+	}
+	seen := map[trace.SpanID]bool{parent.SpanID(): true}
+	for i := range got {
+		compareSpan(t, i, got[i], want[i])
+		id := got[i].SpanContext().SpanID()
+		if seen[id] {
+			t.Errorf("%s: span id %v repeated", got[i].Name(), id)
+		}
+		seen[id] = true
+	}
+	if id := got[0].SpanContext().SpanID(); id != preset {
+		t.Errorf("first span's id %v, asked for %v", id, preset)
+	}
+	if len(direct.Started()) != 0 {
+		t.Error("ExportChildren called OnStart")
+	}
+
+	for _, tc := range []struct {
+		name   string
+		sp     sdktrace.SpanProcessor
+		parent trace.SpanContext
+		ss     []Span
+	}{
+		{"no parent", direct, trace.SpanContext{}, ss},
+		{"no processor", nil, parent, ss},
+		{"no spans", direct, parent, nil},
+	} {
+		before := len(direct.Ended())
+		ExportChildren(tc.sp, &Source{Resource: res}, tc.parent, tc.ss, nil)
+		if n := len(direct.Ended()) - before; n != 0 {
+			t.Errorf("%s: %d spans handed over", tc.name, n)
+		}
+	}
+}
