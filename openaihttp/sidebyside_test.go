@@ -55,6 +55,10 @@ const (
 	// llmtrace proxy process write a CPU profile to this path (suffixed
 	// with the sub-benchmark), for `go tool pprof`.
 	sbsProfileEnv = "OPENAIHTTP_SBS_CPUPROFILE"
+	// sbsMemProfileEnv does the same for an allocation profile, sampling
+	// one in 512 bytes (the CPU figures of such a run are not the
+	// proxy's own: sampling that often costs CPU).
+	sbsMemProfileEnv = "OPENAIHTTP_SBS_MEMPROFILE"
 	// sbsEnvEnv adds comma-separated VAR=value settings to the llmtrace
 	// proxy's environment in export=otlp (e.g. OTEL_METRICS_EXPORTER=none).
 	sbsEnvEnv = "OPENAIHTTP_SBS_ENV"
@@ -138,6 +142,14 @@ func sbsServe(mode, upstream string) error {
 			return err
 		}
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	if path := os.Getenv(sbsMemProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		runtime.MemProfileRate = 512
+		defer func() { _ = pprof.Lookup("allocs").WriteTo(f, 0); _ = f.Close() }()
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -558,8 +570,10 @@ func everyTraceKept(extra []string) bool {
 // environment asks for.
 func sbsChildEnv(mode, export, receiver string) []string {
 	var env []string
-	if path := os.Getenv(sbsProfileEnv); path != "" {
-		env = append(env, sbsProfileEnv+"="+path+"."+export+"."+mode)
+	for _, name := range []string{sbsProfileEnv, sbsMemProfileEnv} {
+		if path := os.Getenv(name); path != "" {
+			env = append(env, name+"="+path+"."+export+"."+mode)
+		}
 	}
 	if mode != "llmtrace" {
 		return env

@@ -40,6 +40,9 @@ func (in *servingInstruments) init(mk *maker) {
 // record records s's SPEC §7–9 values with the request's attributes as;
 // positions are its accepted draft tokens by position, if it had any.
 func (in *servingInstruments) record(sc trace.SpanContext, s *RequestStats, positions *[attributes.SpecPositions]int32, as *attrSets) {
+	if s.KVSource == "" && s.NumEncoderRuns == 0 && s.NumSpecSteps == 0 {
+		return // nothing to record, so no exemplar context (two allocations) to build
+	}
 	ctx := context.Background()
 	if sc.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, sc)
