@@ -335,11 +335,7 @@ func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestSta
 		t.cfg.agg.record(sc, s, h, as.baseSet, as.durationSet, as.finishedSet, &c)
 	} else {
 		// The SDK finds the exemplar's trace in the context.
-		ctx := context.Background()
-		if sc.IsValid() {
-			ctx = trace.ContextWithSpanContext(ctx, sc)
-		}
-		t.recordHistograms(ctx, s, h, as)
+		t.recordHistograms(exemplarContext(sc), s, h, as)
 		t.recordCounts(&c, as)
 	}
 	t.stats.addRequest(queries, hits)

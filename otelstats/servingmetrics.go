@@ -39,18 +39,13 @@ func (in *servingInstruments) init(mk *maker) {
 
 // record records s's SPEC §7–9 values with the request's attributes as;
 // positions are its accepted draft tokens by position, if it had any.
+// The histograms' exemplar context is built where one is recorded: most
+// requests have none of §7–9, and the context costs two allocations.
 func (in *servingInstruments) record(sc trace.SpanContext, s *RequestStats, positions *[attributes.SpecPositions]int32, as *attrSets) {
-	if s.KVSource == "" && s.NumEncoderRuns == 0 && s.NumSpecSteps == 0 {
-		return // nothing to record, so no exemplar context (two allocations) to build
-	}
-	ctx := context.Background()
-	if sc.IsValid() {
-		ctx = trace.ContextWithSpanContext(ctx, sc)
-	}
 	bg := context.Background()
 	if s.KVSource != "" {
 		if s.KVTransferDuration.Valid {
-			in.kvDuration.Record(ctx, s.KVTransferDuration.Value.Seconds(), as.baseRec...)
+			in.kvDuration.Record(exemplarContext(sc), s.KVTransferDuration.Value.Seconds(), as.baseRec...)
 		}
 		in.kvTokens.Add(bg, int64(s.NumRemoteTokens), as.baseAdd...)
 		in.kvBytes.Add(bg, s.KVTransferBytes, as.baseAdd...)
@@ -59,7 +54,7 @@ func (in *servingInstruments) record(sc trace.SpanContext, s *RequestStats, posi
 		}
 	}
 	if s.NumEncoderRuns > 0 {
-		in.encDuration.Record(ctx, s.EncodeDuration.Value.Seconds(), as.baseRec...)
+		in.encDuration.Record(exemplarContext(sc), s.EncodeDuration.Value.Seconds(), as.baseRec...)
 	}
 	if s.NumSpecSteps == 0 {
 		return
@@ -68,7 +63,7 @@ func (in *servingInstruments) record(sc trace.SpanContext, s *RequestStats, posi
 	in.accepted.Add(bg, int64(s.NumAcceptedTokens), as.baseAdd...)
 	in.steps.Add(bg, int64(s.NumSpecSteps), as.baseAdd...)
 	if s.NumDraftTokens > 0 {
-		in.acceptance.Record(ctx, s.SpecAcceptanceRate, as.baseRec...)
+		in.acceptance.Record(exemplarContext(sc), s.SpecAcceptanceRate, as.baseRec...)
 	}
 	if positions == nil {
 		return
@@ -80,4 +75,13 @@ func (in *servingInstruments) record(sc trace.SpanContext, s *RequestStats, posi
 			in.acceptedPerPosn.Add(bg, int64(n), metric.WithAttributeSet(attribute.NewSet(kv...)))
 		}
 	}
+}
+
+// exemplarContext is the context a histogram measurement carries so the SDK
+// can link its exemplar to the request's trace.
+func exemplarContext(sc trace.SpanContext) context.Context {
+	if !sc.IsValid() {
+		return context.Background()
+	}
+	return trace.ContextWithSpanContext(context.Background(), sc)
 }
