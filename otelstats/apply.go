@@ -282,7 +282,7 @@ func (t *Tracker) decoded(r *reqState, n int, ns, step int64, batch int32) int64
 	if cr.enFirst == 0 {
 		cr.enFirst = ns
 	}
-	cr.enTokens += int32(n)
+	cr.enTokens += int64(n)
 	r.enTokens += int64(n)
 	if r.enDeliv > 0 {
 		gap := ns - r.enLast
@@ -319,9 +319,9 @@ func (t *Tracker) decoded(r *reqState, n int, ns, step int64, batch int32) int64
 	if r.genCredit == 0 {
 		return int64(n)
 	}
-	c := min(r.genCredit, int32(n))
+	c := min(r.genCredit, int64(n))
 	r.genCredit -= c
-	return int64(n) - int64(c)
+	return int64(n) - c
 }
 
 // delivered applies the frontend's DETOKENIZED of n tokens. The caller has
@@ -370,7 +370,7 @@ func (t *Tracker) delivered(r *reqState, n int, busy time.Duration, ns int64) {
 		// generation throughput, and a credit against the engine's
 		// DECODINGs should they come after all (SPEC §1: any order).
 		r.sh.genTok.Add(int64(n))
-		r.genCredit += int32(n)
+		r.genCredit += int64(n)
 	}
 }
 
@@ -433,8 +433,8 @@ func (r *reqState) attribute(ns int64, n int32) {
 		if cr.feFirst == 0 {
 			cr.feFirst = ns
 		}
-		cr.feTokens += n
+		cr.feTokens += int64(n)
 		return
 	}
-	r.preRunFE += n
+	r.preRunFE += int64(n)
 }

@@ -452,3 +452,48 @@ func TestClientStringsCapped(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenSumsPast32Bits: every step's count is within its bound, the
+// request's sum is not within 2^31; no span attribute, stat or counter may
+// wrap negative. Both sides deliver, with a draft on every step.
+func TestTokenSumsPast32Bits(t *testing.T) {
+	const n, steps = 1 << 20, 2100
+	const total = int64(n) * steps
+	h := newHarness(t)
+	h.must(Update{RequestID: "long", Kind: KindArrived, Time: at(0), Model: "m"})
+	h.must(Update{RequestID: "long", Kind: KindInputProcessed, Time: at(0), NumPromptTokens: 10})
+	h.must(Update{RequestID: "long", Kind: KindQueued, Time: at(1)})
+	h.must(Update{RequestID: "long", Kind: KindPrefilling, Time: at(2), NumComputedTokens: 10})
+	for i := range steps {
+		h.must(Update{RequestID: "long", Kind: KindDecoding, Time: at(3 + float64(i)), NumNewTokens: n,
+			NumDraftTokens: n, NumAcceptedTokens: n - 1})
+		h.must(Update{RequestID: "long", Kind: KindDetokenized, Time: at(3.5 + float64(i)), NumNewTokens: n})
+	}
+	h.must(Update{RequestID: "long", Kind: KindFinished, Side: SideEngine, Time: at(3000), FinishReason: "length"})
+	h.must(Update{RequestID: "long", Kind: KindFinished, Time: at(3001), FinishReason: "length"})
+	s := h.statsOf("long")
+	if int64(s.NumOutputTokens) != total || int64(s.NumDraftTokens) != total || int64(s.NumAcceptedTokens) != total-steps {
+		t.Fatalf("output %d, draft %d, accepted %d; want %d, %d, %d",
+			s.NumOutputTokens, s.NumDraftTokens, s.NumAcceptedTokens, total, total, total-steps)
+	}
+	want := map[attribute.Key]int64{
+		attributes.UsageOutputTokens: total, attributes.DecodeOutputTokens: total,
+		attributes.SpecDraftTokens: total, attributes.SpecAcceptedTokens: total - steps,
+	}
+	seen := 0
+	for _, sp := range h.rec.Ended() {
+		for _, kv := range sp.Attributes() {
+			if w, ok := want[kv.Key]; ok {
+				seen++
+				if kv.Value.AsInt64() != w {
+					t.Errorf("%s: %s = %d, want %d", sp.Name(), kv.Key, kv.Value.AsInt64(), w)
+				}
+			}
+		}
+	}
+	if seen < len(want) {
+		t.Errorf("saw %d of the %d attributes", seen, len(want))
+	}
+	h.wantCounter(attributes.MetricGenerationTokens, total)
+	h.wantCounter(attributes.MetricSpecDraftTokens, total)
+}

@@ -93,8 +93,8 @@ func (e *encState) closeAt(ns int64) {
 // accepted of them (a prefix). checkSpec has validated the counts.
 func (t *Tracker) specStep(r *reqState, draft, accepted int) {
 	cr := &r.runs[len(r.runs)-1]
-	cr.draft += int32(draft)
-	cr.accepted += int32(accepted)
+	cr.draft += int64(draft)
+	cr.accepted += int64(accepted)
 	cr.specSteps++
 	x := r.ext()
 	if x.positions == nil {

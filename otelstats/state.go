@@ -151,13 +151,16 @@ type run struct {
 	feFirst    int64
 	// A decode token touches enFirst and enTokens: side by side, they
 	// share a cache line wherever the run lies.
+	// Token sums are 64-bit: a step's count is bounded, a run's number of
+	// steps is not, and a sum past 2^31 must not wrap negative.
 	enFirst          int64
-	enTokens         int32
-	feTokens         int32
+	enTokens         int64
+	feTokens         int64
 	computed, cached int32
 	chunks           int32
 	// Speculative decoding in this run's decode segment (SPEC §8).
-	draft, accepted, specSteps int32
+	draft, accepted int64
+	specSteps       int32
 	events                     []chunkEvent
 }
 
@@ -220,7 +223,7 @@ type reqState struct {
 	// genCredit are frontend tokens already counted as generation
 	// throughput before any engine update reached us; the engine's
 	// DECODINGs for the same tokens are not counted again.
-	genCredit  int32
+	genCredit  int64
 	feReported bool   // the frontend sent more than ARRIVED
 	trusted    bool   // the parent's sampled flag decides
 	pdRole     pdRole // SPEC §7, from ARRIVED or WithPDRole
@@ -260,7 +263,7 @@ type reqState struct {
 	recomputeCached int64
 	preemptedNs     int64
 	preemptions     int32
-	preRunFE        int32
+	preRunFE        int64
 }
 
 // lastSeen is the latest update's own time: each side's times never go
