@@ -163,8 +163,13 @@ func (r *reqState) outcome(override string) (reason, errType string) {
 	if reason == "" || override != "" && r.feFinish == 0 && r.enFinish == 0 || override == FinishEvicted {
 		reason = override
 	}
-	errType = r.errorType
-	if errType == "" && isFailure(reason) {
+	// SPEC §3: status Error with error.type on a failure only. An error
+	// type beside stop or length (a stray one, or the engine's failure
+	// where the client saw the stream end well) does not make one.
+	if !isFailure(reason) {
+		return reason, ""
+	}
+	if errType = r.errorType; errType == "" {
 		errType = reason
 	}
 	return reason, errType

@@ -467,3 +467,55 @@ func TestRejectionsAfterPreemption(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorStatusOnlyOnFailure: SPEC §3, status Error with error.type on a
+// failure. The finish reason decides: an error type beside stop (a stray
+// one, or the engine's failure where the client saw the stream end well)
+// makes no Error, and a failure without one takes its reason.
+func TestErrorStatusOnlyOnFailure(t *testing.T) {
+	cases := []struct {
+		name          string
+		enReason      string // "" no engine FINISHED
+		enErr         string
+		feReason      string
+		feErr         string
+		reason, errTy string
+	}{
+		{name: "stop with a stray error type", feReason: "stop", feErr: "x", reason: "stop"},
+		{name: "engine error, client saw stop", enReason: "error", enErr: "oom", feReason: "stop", reason: "stop"},
+		{name: "engine error, client saw it", enReason: "error", enErr: "oom", feReason: "error", reason: "error", errTy: "oom"},
+		{name: "abort without a type", feReason: "abort", reason: "abort", errTy: "abort"},
+		{name: "error with a type", feReason: "error", feErr: "timeout", reason: "error", errTy: "timeout"},
+		{name: "length", enReason: "length", feReason: "length", reason: "length"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.must(Update{RequestID: "r", Kind: KindArrived, Time: at(0), Model: "m"})
+			h.must(Update{RequestID: "r", Kind: KindInputProcessed, Time: at(1), NumPromptTokens: 4})
+			h.must(Update{RequestID: "r", Kind: KindQueued, Time: at(2)})
+			h.must(Update{RequestID: "r", Kind: KindPrefilling, Time: at(3), NumComputedTokens: 4})
+			h.must(Update{RequestID: "r", Kind: KindDecoding, Time: at(4)})
+			h.must(Update{RequestID: "r", Kind: KindDetokenized, Time: at(5), NumNewTokens: 1})
+			if c.enReason != "" {
+				h.must(Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(6), FinishReason: c.enReason, ErrorType: c.enErr})
+			}
+			h.must(Update{RequestID: "r", Kind: KindFinished, Time: at(7), FinishReason: c.feReason, ErrorType: c.feErr})
+			h.tr.Flush() // the wait for the engine's FINISHED, where it gave none
+			s := h.statsOf("r")
+			if s.FinishReason != c.reason || s.ErrorType != c.errTy {
+				t.Fatalf("finish %q error.type %q, want %q %q", s.FinishReason, s.ErrorType, c.reason, c.errTy)
+			}
+			root, _ := h.treeOf(s)
+			_, hasErr := attrOf(root.Attributes(), attributes.ErrorType)
+			if failed := c.errTy != ""; (root.Status().Code == codes.Error) != failed || hasErr != failed {
+				t.Errorf("root status %v, error.type present %v; want an error %v", root.Status(), hasErr, failed)
+			}
+			if c.errTy == "" {
+				h.wantHist(attributes.MetricRequestDuration, 1, 7)
+			} else {
+				h.wantHist(attributes.MetricRequestDuration, 1, 7, attributes.ErrorType.String(c.errTy))
+			}
+		})
+	}
+}
