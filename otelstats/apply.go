@@ -34,7 +34,7 @@ var allowed = func() (a [3][kindCount]uint16) {
 
 // encoderStates are the engine states an encoder run may start or end in:
 // before or during prefill (SPEC §9).
-var encoderStates = uint16(1<<0 | 1<<KindQueued | 1<<KindRemoteKVReady | 1<<KindPrefilling | 1<<KindPreempted)
+var encoderStates = uint16(1<<0 | 1<<KindQueued | 1<<KindRemoteKVWait | 1<<KindRemoteKVReady | 1<<KindPrefilling | 1<<KindPreempted)
 
 // apply checks u against r's state and, when it is allowed, applies it. It
 // reports whether r is now complete (to be finalized). Called with r.mu

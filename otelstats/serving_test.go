@@ -407,6 +407,35 @@ func TestMultimodalEncoding(t *testing.T) {
 	h.wantHist(attributes.MetricEncodeDuration, 1, 7)
 }
 
+// An encoder run while a decode instance waits for the KV cache (SPEC §9:
+// before or during prefill; the README: while queued, waiting for the KV
+// cache, prefilling or preempted) is accepted and changes nothing of the
+// transfer or the waits around it.
+func TestEncodeDuringKVWait(t *testing.T) {
+	h := newHarness(t)
+	us := decodeInstance("d", "")
+	// After REMOTE_KV_WAIT (4) and before REMOTE_KV_READY (14).
+	us = append(us[:4], append([]Update{encoding("d", 5, 1, 576), encoded("d", 9, false)}, us[4:]...)...)
+	h.feed(us)
+	s := h.statsOf("d")
+	wantLatency(t, "encode_duration", s.EncodeDuration, 4)
+	wantLatency(t, "kv_transfer", s.KVTransferDuration, 10)
+	wantLatency(t, "queue", s.QueueDuration, 4) // (4 - 2) + (16 - 14): the transfer is not queueing
+	_, kids := h.treeOf(s)
+	n := 0
+	for _, k := range kids {
+		if k.Name() == attributes.SpanEncode {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d encode spans, want 1", n)
+	}
+	if r := h.rejects(ReasonBadTransition); r != 0 {
+		t.Fatalf("%d updates rejected", r)
+	}
+}
+
 // Detail level 0 (root only) keeps SPEC §7–9's root attributes.
 func TestServingAttributesAtDetailRoot(t *testing.T) {
 	h := newHarness(t, WithDetail(DetailRoot))
