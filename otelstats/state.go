@@ -161,7 +161,7 @@ type run struct {
 	// Speculative decoding in this run's decode segment (SPEC §8).
 	draft, accepted int64
 	specSteps       int32
-	events                     []chunkEvent
+	events          []chunkEvent
 }
 
 type chunkEvent struct {
