@@ -217,7 +217,8 @@ func (t *Tracker) finished(r *reqState, u *Update, side Side, now int64) bool {
 // open for the other side's updates (SPEC §1): the other side has not
 // finished it, and it has reported for this request (the frontend: more
 // than ARRIVED) or is present now — its updates may be on their way in a
-// stream of their own.
+// stream of their own. The frontend has also reported when engine updates
+// reached the tracker before its ARRIVED (applyHeld).
 func (t *Tracker) waitForOther(r *reqState, side Side, now int64) bool {
 	if t.cfg.frontendGrace <= 0 {
 		return false
@@ -225,7 +226,7 @@ func (t *Tracker) waitForOther(r *reqState, side Side, now int64) bool {
 	if side == SideFrontend {
 		return r.enFinish == 0 && (r.en.last != 0 || t.present(SideEngine, now))
 	}
-	return r.feFinish == 0 && (r.feReported || t.present(SideFrontend, now))
+	return r.feFinish == 0 && (r.feReported || r.feBehind || t.present(SideFrontend, now))
 }
 
 // applyPrefill starts a run after QUEUED or PREEMPTED, or adds a chunk to

@@ -332,6 +332,25 @@ func TestUnknownRequestHeldThenRejected(t *testing.T) {
 			t.Fatalf("unknown_request = %d, want 1", n)
 		}
 	})
+	t.Run("ARRIVED after the window, no sweep between", func(t *testing.T) {
+		h := newHarness(t) // default 2 s hold window
+		h.must(Update{RequestID: "late", Kind: KindQueued, Time: at(0)})
+		h.must(Update{RequestID: "kept", Kind: KindQueued, Time: at(4002)})
+		// The ARRIVEDs come first to move time: whether a sweep ran
+		// before them must not decide what their held updates become.
+		h.must(Update{RequestID: "late", Kind: KindArrived, Time: at(4001), Model: "m"})
+		h.must(Update{RequestID: "kept", Kind: KindArrived, Time: at(4001), Model: "m"})
+		if n := h.rejects(ReasonUnknownRequest); n != 1 {
+			t.Fatalf("unknown_request = %d, want 1 (the QUEUED held 4 s)", n)
+		}
+		h.must(Update{RequestID: "kept", Kind: KindPrefilling, Time: at(4005), NumComputedTokens: 3})
+		for _, id := range []string{"late", "kept"} {
+			h.must(Update{RequestID: id, Kind: KindFinished, Side: SideEngine, Time: at(4010), FinishReason: "abort"})
+		}
+		h.tr.Flush()
+		wantLatency(t, "queue of the expired", h.statsOf("late").QueueDuration, absent)
+		wantLatency(t, "queue of the one held a moment", h.statsOf("kept").QueueDuration, 3)
+	})
 	t.Run("overloaded", func(t *testing.T) {
 		h := newHarness(t, WithMaxHeld(1))
 		h.must(Update{RequestID: "g1", Kind: KindQueued, Time: at(0)})

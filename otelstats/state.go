@@ -225,6 +225,7 @@ type reqState struct {
 	// DECODINGs for the same tokens are not counted again.
 	genCredit  int64
 	feReported bool   // the frontend sent more than ARRIVED
+	feBehind   bool   // engine updates came before ARRIVED: the frontend's stream runs behind
 	trusted    bool   // the parent's sampled flag decides
 	pdRole     pdRole // SPEC §7, from ARRIVED or WithPDRole
 	// pending says extra.pending holds deliveries: the per-token path

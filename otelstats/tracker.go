@@ -357,7 +357,7 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext, a *Arriv
 	r.next = sh.reqs[u.RequestID]
 	sh.reqs[u.RequestID] = r
 	t.inflight.Add(1)
-	complete, errs := t.applyHeld(sh, r)
+	complete, errs := t.applyHeld(sh, r, t.now(ns))
 	if complete {
 		sh.unlink(r)
 	}
@@ -460,8 +460,13 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *A
 
 // applyHeld applies the updates that came before r's ARRIVED, in the order
 // they came, and reports whether they completed r (then marked done) and
-// which they broke. Called with sh.mu held.
-func (t *Tracker) applyHeld(sh *shard, r *reqState) (complete bool, errs []*RejectError) {
+// which they broke. An update held longer than the hold window is rejected,
+// as the sweep would have: whether a sweep ran in between must not decide.
+// Engine updates that came first mark the frontend as behind: its stream
+// runs apart from the engine's, so its later updates are on their way
+// (SPEC §1), and an engine FINISHED among them waits for them. Called with
+// sh.mu held.
+func (t *Tracker) applyHeld(sh *shard, r *reqState, now int64) (complete bool, errs []*RejectError) {
 	hs, ok := sh.held[r.id]
 	if !ok {
 		return false, nil
@@ -476,6 +481,13 @@ func (t *Tracker) applyHeld(sh *shard, r *reqState) (complete bool, errs []*Reje
 			continue
 		}
 		t.held.Add(-1)
+		if now-h.at >= int64(t.cfg.holdWindow) {
+			errs = append(errs, reject(&h.Update, h.Side, ReasonUnknownRequest, "no ARRIVED within the hold window"))
+			continue
+		}
+		if h.Side == SideEngine {
+			r.feBehind = true
+		}
 		c, rerr := t.apply(r, &h.Update, h.Side, t.ns(h.Time))
 		if rerr != nil {
 			errs = append(errs, rerr)
