@@ -2,6 +2,7 @@ package otelstats
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -534,6 +535,33 @@ func TestErrorStatusOnlyOnFailure(t *testing.T) {
 				h.wantHist(attributes.MetricRequestDuration, 1, 7)
 			} else {
 				h.wantHist(attributes.MetricRequestDuration, 1, 7, attributes.ErrorType.String(c.errTy))
+			}
+		})
+	}
+}
+
+// TestPresenceWindow: a side is present while the tracker accepted one of
+// its updates within the last minute (SPEC §1), to the millisecond: an
+// engine FINISHED waits for the frontend 59.9 s after the frontend's last
+// update, not 60.5 s after.
+func TestPresenceWindow(t *testing.T) {
+	for _, c := range []struct {
+		after float64 // ms from the frontend's last update to the engine's FINISHED
+		waits bool
+	}{{59_900, true}, {60_500, false}} {
+		t.Run(fmt.Sprint(c.after), func(t *testing.T) {
+			h := newHarness(t, WithRequestTTL(10*time.Minute))
+			h.must(Update{RequestID: "a", Kind: KindArrived, Time: at(0), Model: "m"})
+			h.must(Update{RequestID: "a", Kind: KindInputProcessed, Time: at(2), NumPromptTokens: 3})
+			h.must(Update{RequestID: "a", Kind: KindFinished, Time: at(2), FinishReason: "abort"})
+			end := 2 + c.after
+			h.must(Update{RequestID: "b", Kind: KindArrived, Time: at(end - 4), Model: "m"})
+			h.must(Update{RequestID: "b", Kind: KindQueued, Time: at(end - 3)})
+			h.must(Update{RequestID: "b", Kind: KindPrefilling, Time: at(end - 2), NumComputedTokens: 3})
+			h.must(Update{RequestID: "b", Kind: KindDecoding, Time: at(end - 1)})
+			h.must(Update{RequestID: "b", Kind: KindFinished, Side: SideEngine, Time: at(end), FinishReason: "stop"})
+			if ended := len(h.stats) == 2; ended == c.waits {
+				t.Fatalf("b ended at once: %v, want waiting for the frontend: %v", ended, c.waits)
 			}
 		})
 	}
