@@ -278,6 +278,55 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		// The same with the frontend delivering: the first delivery is
+		// the second run's first token, not a token of the preempted run.
+		name: "preemption during prefill, frontend delivers",
+		id:   "pre-prefill-fe",
+		ops: []Update{
+			arrived("pre-prefill-fe", 0, "llama-3-8b", "chat"),
+			inputProcessed("pre-prefill-fe", 1, 100),
+			queued("pre-prefill-fe", 2),
+			prefilling("pre-prefill-fe", 4, 50, 0),
+			preempted("pre-prefill-fe", 10), // before any token
+			prefilling("pre-prefill-fe", 30, 100, 32),
+			decoding("pre-prefill-fe", 50, 1),
+			detok("pre-prefill-fe", 52, 1, 0),
+			decoding("pre-prefill-fe", 60, 1),
+			detok("pre-prefill-fe", 62, 1, 0),
+			enFinished("pre-prefill-fe", 70, "stop"),
+			feFinished("pre-prefill-fe", 75, "stop"),
+		},
+		stats: wantStats{
+			reason: "stop", arrived: 0, finished: 75,
+			e2e:       75,
+			queue:     2,    // 4 - 2
+			ttft:      52,   // first delivery 52 - 0
+			prefill:   48,   // 52 - first PREFILLING 4
+			decode:    23,   // 75 - 52
+			inference: 71,   // 75 - 4
+			tpot:      23,   // 23 / 1
+			itl:       []float64{10},
+			preempted: 20, // 30 - 10
+			prompt:    100, cached: 0, out: 2, preemptions: 1,
+			recomputeCached: 32,
+		},
+		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 75, attrs: []attribute.KeyValue{
+			attributes.Preemptions.Int(1),
+			attributes.PreemptedTime.Float64(0.020),
+			attributes.UsageCacheReadInput.Int(0),
+		}},
+		kids: []wantSpan{
+			spInput(0, 1, 100),
+			spHandoff(1, 2),
+			spQueue(2, 4, "new"),
+			spPrefill(4, 10, 50, 0, 1, false), // cut by the preemption, no decode
+			spQueue(10, 30, "preempted"),
+			spPrefill(30, 52, 100, 32, 1, true),
+			spDecode(52, 70, 2, 0), // the first decode segment is 0
+			spDetok(52, 62, 0, 2),
+		},
+	},
+	{
 		name: "two preemptions, engine only",
 		id:   "two-pre",
 		ops: []Update{

@@ -72,9 +72,12 @@ func (t *Tracker) timelineRun(r *reqState, i int, tb *treeBuf) spans.Run {
 	first, toks := rr.enFirst, rr.enTokens
 	if r.feDeliv > 0 {
 		fe, ft := rr.feFirst, rr.feTokens
-		if i == 0 {
+		if i == 0 && r.preRunFE > 0 {
 			// Deliveries recorded before the engine's first
-			// PREFILLING reached us belong to the first run.
+			// PREFILLING reached us belong to the first run, and
+			// the request's first delivery is one of them. Without
+			// them the first delivery may be a later run's: a run
+			// preempted before its first token has none.
 			fe, ft = r.feFirst, ft+r.preRunFE
 		}
 		if fe != 0 {
