@@ -137,10 +137,32 @@ func (t *Tracker) stateRules(r *reqState, u *Update, side Side) *RejectError {
 				strconv.Itoa(u.NumRemoteTokens)+" remote > "+strconv.Itoa(int(r.prompt))+" prompt tokens")
 		}
 	case KindInputProcessed:
-		if kv := r.kv(); kv != nil && int(kv.tokens) > u.NumPromptTokens {
-			return reject(u, side, ReasonRemoteExceedsPrompt,
-				strconv.Itoa(int(kv.tokens))+" remote > "+strconv.Itoa(u.NumPromptTokens)+" prompt tokens")
+		return promptRules(r, u, side)
+	case KindFinished:
+		if r.prompt < 0 && u.NumPromptTokens > 0 { // the count FINISHED would set
+			return promptRules(r, u, side)
 		}
+	}
+	return nil
+}
+
+// promptRules check a prompt count that comes after engine updates it
+// bounds (the two sides' streams travel apart, SPEC §1): in time order those
+// would have been checked against it, so the count must admit what they
+// reported — remote ≤ prompt (§7), computed ≤ prompt + generated (§1).
+func promptRules(r *reqState, u *Update, side Side) *RejectError {
+	prompt := u.NumPromptTokens
+	if kv := r.kv(); kv != nil && int(kv.tokens) > prompt {
+		return reject(u, side, ReasonRemoteExceedsPrompt,
+			strconv.Itoa(int(kv.tokens))+" remote > "+strconv.Itoa(prompt)+" prompt tokens")
+	}
+	var computed int32
+	for i := range r.runs {
+		computed = max(computed, r.runs[i].computed)
+	}
+	if generated := max(r.enTokens, r.feTokens); int64(computed) > int64(prompt)+generated {
+		return reject(u, side, ReasonComputedExceedsTokens, strconv.Itoa(prompt)+" prompt + "+
+			strconv.FormatInt(generated, 10)+" generated < "+strconv.Itoa(int(computed))+" computed already reported")
 	}
 	return nil
 }

@@ -566,3 +566,57 @@ func TestPresenceWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestLatePromptCountChecked: a prompt count that reaches the tracker after
+// the engine updates it bounds (the two streams travel apart, SPEC §1) is
+// checked against them, as they would have been checked against it in time
+// order: remote ≤ prompt (§7), computed ≤ prompt + generated (§1). The
+// count is rejected, so no request ends with more cached or remote tokens
+// than prompt tokens, whatever the order.
+func TestLatePromptCountChecked(t *testing.T) {
+	engine := func(id string, pd bool) []Update {
+		if !pd {
+			return []Update{arrived(id, 0, "m", "chat"), queued(id, 3), prefilling(id, 4, 100, 50), decoding(id, 6, 1)}
+		}
+		return []Update{arrivedPD(id, 0, PDRoleDecode, ""), queued(id, 3), kvWait(id, 4, "p-0", 60),
+			kvReady(id, 5, 60, 1<<20, ""), prefilling(id, 6, 100, 30), decoding(id, 8, 1)}
+	}
+	cases := []struct {
+		name   string
+		pd     bool
+		late   Update
+		reason Reason // "" accepted
+	}{
+		{"INPUT_PROCESSED under computed", false, inputProcessed("r", 2, 10), ReasonComputedExceedsTokens},
+		{"INPUT_PROCESSED that admits them", false, inputProcessed("r", 2, 100), ""},
+		{"FINISHED's prompt under computed", false,
+			Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(9), FinishReason: "stop", NumPromptTokens: 10},
+			ReasonComputedExceedsTokens},
+		{"FINISHED's prompt under remote", true,
+			Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(9), FinishReason: "stop", NumPromptTokens: 50},
+			ReasonRemoteExceedsPrompt},
+		{"FINISHED's prompt that admits them", true,
+			Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(9), FinishReason: "stop", NumPromptTokens: 100}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.feed(engine("r", c.pd))
+			err := h.tr.Record(c.late)
+			if c.reason != "" {
+				checkRejection(t, err, c.late, c.reason)
+			} else if err != nil {
+				t.Fatalf("rejected: %v", err)
+			}
+			_ = h.tr.Record(Update{RequestID: "r", Kind: KindFinished, Side: SideEngine, Time: at(9), FinishReason: "stop"})
+			h.tr.Flush()
+			s := h.statsOf("r")
+			if p := s.NumPromptTokens; p.Valid && (s.NumCachedTokens.N > p.N || s.NumRemoteTokens > p.N) {
+				t.Fatalf("prompt %d with %d cached and %d remote", p.N, s.NumCachedTokens.N, s.NumRemoteTokens)
+			}
+			if (c.reason == "") != s.NumPromptTokens.Valid {
+				t.Errorf("prompt %+v after the late count was accepted: %v", s.NumPromptTokens, c.reason == "")
+			}
+		})
+	}
+}
