@@ -264,9 +264,15 @@ func (r *reqState) tokenLatencies() []time.Duration {
 func (r *reqState) serving(s *RequestStats, first int64) {
 	x := r.extra
 	if kv := x.kv; kv != nil {
-		s.KVSource, s.NumRemoteTokens, s.KVTransferBytes, s.KVTransferFailed = kv.source, int(kv.tokens), kv.bytes, kv.failed
+		s.KVSource, s.KVTransferBytes, s.KVTransferFailed = kv.source, kv.bytes, kv.failed
 		if kv.ready != 0 {
 			s.KVTransferDuration = some(time.Duration(kv.ready - kv.wait))
+			if !kv.failed {
+				// SPEC §7: the tokens whose KV arrived. Until READY,
+				// kv.tokens is the WAIT's expectation; a failed
+				// transfer's tokens are recomputed, not remote.
+				s.NumRemoteTokens = int(kv.tokens)
+			}
 		}
 	}
 	if rt := x.route; rt.prefillSent != 0 {

@@ -131,6 +131,32 @@ func TestPDTransferFailed(t *testing.T) {
 	h.wantCounter(attributes.MetricKVTransferFailures, 1, attributes.PDRole.String(PDRoleDecode))
 }
 
+// num_remote_tokens are the prompt tokens whose KV arrived (SPEC §7): not
+// the WAIT's expectation when the request ends during the transfer, not a
+// failed READY's count (those tokens are recomputed).
+func TestPDRemoteTokensOnlyArrived(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		tail []Update
+	}{
+		{"aborted during the transfer", []Update{feFinished("k", 9, "abort")}},
+		{"failed, with a count", []Update{kvReady("k", 10, 96, 0, KVStatusFailed), prefilling("k", 12, 100, 0),
+			decoding("k", 14, 1), enFinished("k", 15, "stop"), feFinished("k", 16, "stop")}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.feed(append([]Update{arrivedPD("k", 0, PDRoleDecode, ""), inputProcessed("k", 1, 100), queued("k", 2),
+				kvWait("k", 4, "prefill-0", 96)}, c.tail...))
+			h.tr.Flush()
+			s := h.statsOf("k")
+			if s.NumRemoteTokens != 0 {
+				t.Errorf("num_remote_tokens %d, want 0", s.NumRemoteTokens)
+			}
+			h.wantCounter(attributes.MetricKVTransferTokens, 0)
+		})
+	}
+}
+
 // A prefill instance's request ends after its first token, with the
 // finish reason the engine reports.
 func TestPDPrefillInstance(t *testing.T) {
