@@ -89,6 +89,14 @@ func i64(v int64) *int64     { return &v }
 
 const us = time.Microsecond
 
+// prePrefillRoot is the root attributes of the two "preemption during
+// prefill" scenarios: one preemption of 20 ms, no prefix-cache hit.
+var prePrefillRoot = []attribute.KeyValue{
+	attributes.Preemptions.Int(1),
+	attributes.PreemptedTime.Float64(0.020),
+	attributes.UsageCacheReadInput.Int(0),
+}
+
 var scenarios = []scenario{
 	{
 		name: "plain request",
@@ -262,11 +270,7 @@ var scenarios = []scenario{
 			prompt:    100, cached: 0, out: 3, preemptions: 1,
 			recomputeCached: 32,
 		},
-		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 75, attrs: []attribute.KeyValue{
-			attributes.Preemptions.Int(1),
-			attributes.PreemptedTime.Float64(0.020),
-			attributes.UsageCacheReadInput.Int(0),
-		}},
+		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 75, attrs: prePrefillRoot},
 		kids: []wantSpan{
 			spInput(0, 1, 100),
 			spHandoff(1, 2),
@@ -310,11 +314,7 @@ var scenarios = []scenario{
 			prompt:    100, cached: 0, out: 2, preemptions: 1,
 			recomputeCached: 32,
 		},
-		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 75, attrs: []attribute.KeyValue{
-			attributes.Preemptions.Int(1),
-			attributes.PreemptedTime.Float64(0.020),
-			attributes.UsageCacheReadInput.Int(0),
-		}},
+		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 75, attrs: prePrefillRoot},
 		kids: []wantSpan{
 			spInput(0, 1, 100),
 			spHandoff(1, 2),
