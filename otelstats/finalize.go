@@ -311,8 +311,11 @@ func (r *reqState) enEnd() int64 {
 
 func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestStats) {
 	ok := !isFailure(s.FinishReason)
-	k := attrKey{op: r.operation, model: t.models.label(r.model, ok), role: r.pdRole.String(),
-		reason: s.FinishReason, errType: s.ErrorType}
+	k := attrKey{op: t.ops.label(r.operation, true), model: t.models.label(r.model, ok), role: r.pdRole.String(),
+		reason: t.reasons.label(s.FinishReason, true)}
+	if s.ErrorType != "" {
+		k.errType = t.errTypes.label(s.ErrorType, true)
+	}
 	if a := r.adapter(); a != "" {
 		k.adapter = t.adapters.label(a, ok)
 	}

@@ -180,6 +180,32 @@ func newModelSet(models []string, limit int) *modelSet {
 	return s
 }
 
+// newLabelSet bounds a free-form metric label (the operation, the finish
+// reason, the error type; SPEC §4: low-cardinality attributes): the seeded
+// values and the first extra distinct others keep their name, any later one
+// is "other". A producer inventing a reason per request gets one series.
+func newLabelSet(seed []string, extra int) *modelSet {
+	s := newModelSet(seed, len(seed)+extra)
+	s.fixed = false
+	return s
+}
+
+// Label sets' seeds: the values users see everywhere, so an early flood of
+// invented ones cannot crowd them out.
+var (
+	seedOperations = []string{"chat", "text_completion", "embeddings", "generate_content", "execute_tool",
+		"create_agent", "invoke_agent"}
+	seedReasons = []string{FinishStop, FinishLength, FinishAbort, FinishError, FinishAbandoned, FinishEvicted,
+		FinishUnfinished, "remote_decode", "tool_calls", "content_filter", "function_call"}
+)
+
+// Distinct values past the seeds that keep their name on metrics.
+const (
+	maxExtraOperations = 16
+	maxExtraReasons    = 16
+	maxErrorTypes      = 64
+)
+
 // label is model's metric label; succeeded says its request did not fail,
 // which is what admits a new name.
 func (s *modelSet) label(model string, succeeded bool) string {

@@ -121,6 +121,62 @@ func TestModelCardinalityBounded(t *testing.T) {
 	}
 }
 
+// TestLabelCardinalityBounded: a producer inventing an operation, a finish
+// reason and an error type per request (issue: 5,000 requests made 5,000
+// series on collect's /metrics) gets a bounded number of series; the
+// values users know keep their names, every request is counted.
+func TestLabelCardinalityBounded(t *testing.T) {
+	h := newHarness(t)
+	const n = 3000
+	for i := range n {
+		id := "r" + strconv.Itoa(i)
+		op, reason, errType := fmt.Sprintf("op-%d", i), fmt.Sprintf("fr-%d", i), fmt.Sprintf("et-%d", i)
+		if i%3 == 0 {
+			op, reason, errType = "chat", FinishError, "timeout"
+		}
+		h.must(Update{RequestID: id, Kind: KindArrived, Time: at(float64(i)), Model: "m", Operation: op})
+		h.must(Update{RequestID: id, Kind: KindFinished, Time: at(float64(i) + 0.5), FinishReason: reason, ErrorType: errType})
+	}
+	distinct := func(name string, key attribute.Key) int {
+		seen := map[string]bool{}
+		for _, set := range attrSetsOf(h.metrics()[name]) {
+			if v, ok := set.Value(key); ok {
+				seen[v.Emit()] = true
+			}
+		}
+		return len(seen)
+	}
+	for _, c := range []struct {
+		metric string
+		key    attribute.Key
+		limit  int
+	}{
+		{attributes.MetricRequests, attributes.OperationName, len(seedOperations) + maxExtraOperations + 1},
+		{attributes.MetricRequests, attributes.FinishReason, len(seedReasons) + maxExtraReasons + 1},
+		{attributes.MetricRequestDuration, attributes.ErrorType, maxErrorTypes + 1},
+	} {
+		if d := distinct(c.metric, c.key); d > c.limit {
+			t.Errorf("%s: %d values of %s, want ≤ %d", c.metric, d, c.key, c.limit)
+		}
+	}
+	h.wantCounter(attributes.MetricRequests, n)
+	if got := h.counter(attributes.MetricRequests, attributes.OperationName.String("chat"),
+		attributes.FinishReason.String(FinishError)); got != n/3 {
+		t.Errorf("chat/error kept its names for %d requests, want %d", got, n/3)
+	}
+	if got, _ := h.hist(attributes.MetricRequestDuration, attributes.ErrorType.String("timeout")); got != n/3 {
+		t.Errorf("error.type timeout kept for %d requests, want %d", got, n/3)
+	}
+	if got := h.counter(attributes.MetricRequests, attributes.FinishReason.String(attributes.OtherModel)); got == 0 {
+		t.Error("no request counted under reason other")
+	}
+	// The spans keep what the producer said.
+	s := h.statsOf("r2999")
+	if s.FinishReason != "fr-2999" || s.Operation != "op-2999" {
+		t.Errorf("stats %q %q", s.FinishReason, s.Operation)
+	}
+}
+
 // badCase is one entry of the bad-input catalogue for the Go API (the update
 // log's is transport's): each gets a typed rejection and a count, and the
 // valid request recorded around it is unaffected.

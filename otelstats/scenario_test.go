@@ -303,12 +303,12 @@ var scenarios = []scenario{
 		stats: wantStats{
 			reason: "stop", arrived: 0, finished: 75,
 			e2e:       75,
-			queue:     2,    // 4 - 2
-			ttft:      52,   // first delivery 52 - 0
-			prefill:   48,   // 52 - first PREFILLING 4
-			decode:    23,   // 75 - 52
-			inference: 71,   // 75 - 4
-			tpot:      23,   // 23 / 1
+			queue:     2,  // 4 - 2
+			ttft:      52, // first delivery 52 - 0
+			prefill:   48, // 52 - first PREFILLING 4
+			decode:    23, // 75 - 52
+			inference: 71, // 75 - 4
+			tpot:      23, // 23 / 1
 			itl:       []float64{10},
 			preempted: 20, // 30 - 10
 			prompt:    100, cached: 0, out: 2, preemptions: 1,

@@ -66,6 +66,8 @@ type Tracker struct {
 	inst     *instruments
 	models   *modelSet
 	adapters *modelSet
+	// The other free-form metric labels, bounded the same way.
+	ops, reasons, errTypes *modelSet
 
 	// anchor and anchorNs are the process's anchor (internal/anchor),
 	// copied here for the hot path; a test skews anchorNs to play a wall
@@ -127,6 +129,9 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 		inst:     inst,
 		models:   newModelSet(cfg.models, cfg.maxModels),
 		adapters: newModelSet(cfg.adapters, cfg.maxModels),
+		ops:      newLabelSet(seedOperations, maxExtraOperations),
+		reasons:  newLabelSet(seedReasons, maxExtraReasons),
+		errTypes: newLabelSet(nil, maxErrorTypes),
 		anchor:   anchor.Start(),
 		anchorNs: anchor.StartUnixNano(),
 		seed:     maphash.MakeSeed(),
