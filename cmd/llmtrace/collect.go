@@ -357,10 +357,12 @@ func (r *collectRun) teardown() error {
 	if r.spanDump != nil {
 		if err := r.spanDump.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("-spans-out: %w", err))
+		} else if n := r.spanDump.Dropped(); n > 0 {
+			errs = append(errs, fmt.Errorf("-spans-out: %d spans dropped: the reader did not keep up", n))
 		}
 	}
 	if r.sink != nil {
-		if err := r.sink.close(); err != nil {
+		if err := r.sink.close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("-stats-out: %w", err))
 		}
 	}

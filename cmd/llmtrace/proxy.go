@@ -163,7 +163,7 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 		logger.Info("debug endpoints", "listen", addr)
 	}
 	cfg := otelconf.Config{ServiceName: "llmtrace-proxy", Prometheus: ml != nil}
-	stopSpans, err := spansOut(c.spansOut, stdout, &cfg)
+	spansDropped, err := spansOut(c.spansOut, stdout, &cfg)
 	if err != nil {
 		return err
 	}
@@ -228,15 +228,19 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	fctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
 	_ = tracker.Shutdown(fctx)
-	stopSpans()
 	if serr := prov.Shutdown(fctx); serr != nil {
 		logger.Warn("export", "err", serr)
+	}
+	if n := spansDropped(); n > 0 {
+		logger.Warn("-spans-out", "err", fmt.Sprintf("%d spans dropped: the reader did not keep up", n))
 	}
 	if sum := prov.Summary(); sum != "" {
 		logger.Info("export summary: " + sum)
 	}
 	if sink != nil {
-		_ = sink.close()
+		if serr := sink.close(fctx); serr != nil {
+			logger.Warn("-stats-out", "err", serr)
+		}
 	}
 	return err
 }
@@ -290,11 +294,12 @@ func proxyModels(ctx context.Context, c *proxyConfig, t http.RoundTripper, logge
 	return append(models, openaihttp.UnknownModel)
 }
 
-// spansOut adds the -spans-out writer to cfg, flushed every second so that
-// a reader tailing it sees spans as they end; stop flushes and ends it.
-func spansOut(name string, stdout io.Writer, cfg *otelconf.Config) (stop func(), err error) {
+// spansOut adds the -spans-out writer to cfg; its lines reach the file
+// within a second (lineout), and the providers' Shutdown writes the rest.
+// dropped says how many spans a reader that did not keep up cost.
+func spansOut(name string, stdout io.Writer, cfg *otelconf.Config) (dropped func() int64, err error) {
 	if name == "" {
-		return func() {}, nil
+		return func() int64 { return 0 }, nil
 	}
 	w := stdout
 	if name != "-" {
@@ -306,23 +311,5 @@ func spansOut(name string, stdout io.Writer, cfg *otelconf.Config) (stop func(),
 	}
 	proc := spanlog.New(w, w != stdout)
 	cfg.SpanProcessors = append(cfg.SpanProcessors, proc)
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				_ = proc.ForceFlush(context.Background())
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-stopped
-	}, nil
+	return proc.Dropped, nil
 }

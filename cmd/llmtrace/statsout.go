@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -11,7 +13,8 @@ import (
 
 // statsSink writes one RequestStats JSON object per line (-stats-out), for
 // the goroutines that finish requests. Lines reach the file within a
-// second (lineout), so a long-running server's output can be tailed.
+// second (lineout), so a long-running server's output can be tailed, and a
+// reader that stops reading costs dropped lines, never a blocked request.
 type statsSink struct {
 	mu  sync.Mutex
 	w   *lineout.Writer
@@ -42,5 +45,12 @@ func (s *statsSink) write(st *otelstats.RequestStats) {
 	_, _ = s.w.Write(s.buf)
 }
 
-// close flushes and closes the file (stdout stays open).
-func (s *statsSink) close() error { return s.w.Close() }
+// close writes what waits and closes the file (stdout stays open), within
+// ctx; lines the reader did not take in time are reported.
+func (s *statsSink) close(ctx context.Context) error {
+	err := s.w.Close(ctx)
+	if n := s.w.Dropped(); n > 0 && err == nil {
+		err = fmt.Errorf("%d lines dropped: the reader did not keep up", n)
+	}
+	return err
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -433,4 +434,53 @@ func TestCollectIdleTimeout(t *testing.T) {
 
 func producerConfig(addr string) transport.ProducerConfig {
 	return transport.ProducerConfig{Addr: addr, Name: "test"}
+}
+
+// TestCollectStatsOutStalledReader: -stats-out into a FIFO nobody reads
+// (the issue: the collector's workers blocked writing stats lines, updates
+// stopped being recorded, and SIGINT never finished). Every update is
+// still recorded, and collect exits within its drain bound, saying what
+// the reader cost.
+func TestCollectStatsOutStalledReader(t *testing.T) {
+	dir := shortDir(t)
+	fifo := filepath.Join(dir, "stats.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	// Held open and never read: collect's open does not block, its
+	// writes fill the pipe and stop.
+	held, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	c := &collector{proc: start(t, noExport(), root, llmtrace(t), "collect", "-stats-out", fifo, "-stats-log", "0",
+		"-listen", "unix:"+filepath.Join(dir, "c.sock"), "-http", "127.0.0.1:0")}
+	base := "http://" + c.httpAddr()
+	const posts, perPost = 4, 500
+	client := &http.Client{Timeout: time.Minute}
+	for p := range posts {
+		var body []byte
+		for i := range perPost {
+			body = append(body, jsonBody(fmt.Sprintf("r-%d-%d", p, i))...)
+		}
+		resp, err := client.Post(base+"/v1/updates", "application/x-ndjson", bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("POST %d with the stats reader stalled: %v", p, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("POST %d: %d", p, resp.StatusCode)
+		}
+	}
+	client.CloseIdleConnections()
+	c.signal(syscall.SIGINT)
+	c.wait(45 * time.Second) // the drain is 10 s; a blocked writer never exits
+	e := c.stderr.String()
+	if n := logInt(e, "collector stopped", "recorded"); n != posts*perPost*10 {
+		t.Errorf("recorded %d updates, want %d:\n%s", n, posts*perPost*10, e)
+	}
+	if !strings.Contains(e, "-stats-out") {
+		t.Errorf("collect did not say what the stalled reader cost:\n%s", e)
+	}
 }

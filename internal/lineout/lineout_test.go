@@ -2,7 +2,9 @@ package lineout
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,7 +26,7 @@ func TestLinesReachTheFileWithoutClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := New(f, true, 20*time.Millisecond)
-	defer w.Close()
+	defer w.Close(context.Background())
 	if _, err := w.Write([]byte("{\"a\":1}\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -74,14 +76,16 @@ func TestEveryWriteFlushesWhenNegative(t *testing.T) {
 	var b safeBuffer
 	w := New(&b, false, -1)
 	w.Write([]byte("x\n"))
-	if b.Len() != 2 {
-		t.Fatalf("buffered %d bytes were not flushed", 2-b.Len())
+	for deadline := time.Now().Add(20 * time.Second); b.Len() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the line was not written without a delay")
+		}
 	}
-	if err := w.Close(); err != nil {
+	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Write([]byte("y\n")); err == nil {
-		t.Error("Write after Close succeeded")
+	if _, err := w.Write([]byte("y\n")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Write after Close: %v", err)
 	}
 }
 
@@ -91,13 +95,82 @@ func (failing) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestErrorsAreKept(t *testing.T) {
 	w := New(failing{}, false, -1)
-	if _, err := w.Write([]byte("x\n")); err == nil {
-		t.Fatal("no error from a failing writer")
+	if _, err := w.Write([]byte("x\n")); err != nil {
+		t.Fatalf("the first Write failed before the file was written: %v", err)
 	}
-	if err := w.Close(); err == nil || err.Error() != "disk full" {
+	if err := w.Flush(context.Background()); err == nil || err.Error() != "disk full" {
+		t.Fatalf("Flush = %v", err)
+	}
+	if _, err := w.Write([]byte("y\n")); err == nil {
+		t.Error("a Write after the failure succeeded")
+	}
+	if err := w.Close(context.Background()); err == nil || err.Error() != "disk full" {
 		t.Fatalf("Close = %v", err)
 	}
 }
+
+// stalled is a reader that stopped reading: its Write blocks until
+// released.
+type stalled struct{ release chan struct{} }
+
+func (s stalled) Write(p []byte) (int, error) { <-s.release; return len(p), nil }
+
+// TestStalledReaderNeverBlocksWrites: a file nobody drains (a full pipe, a
+// FIFO) costs dropped lines, counted, never a blocked Write; Close honours
+// its context. What -stats-out's callers, the goroutines finishing
+// requests, need.
+func TestStalledReaderNeverBlocksWrites(t *testing.T) {
+	s := stalled{release: make(chan struct{})}
+	w := New(s, false, -1)
+	line := bytes.Repeat([]byte("x"), 1023)
+	line = append(line, '\n')
+	const n = 3 * MaxPending / 1024 // three times what may wait
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range n {
+			if _, err := w.Write(line); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Write blocked on a stalled reader")
+	}
+	if d := w.Dropped(); d < n/2 {
+		t.Errorf("dropped %d of %d lines, want at least %d", d, n, n/2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := w.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close on a stalled reader = %v, want the context's error", err)
+	}
+	close(s.release) // the reader resumes: the goroutine writes what waits and ends
+	if err := w.Close(context.Background()); err != nil {
+		t.Errorf("Close after the reader resumed = %v", err)
+	}
+}
+
+// TestCloseWritesWhatWaits: lines written just before Close reach the
+// file, whatever the delay.
+func TestCloseWritesWhatWaits(t *testing.T) {
+	var b safeBuffer
+	w := New(&b, false, time.Hour)
+	for range 100 {
+		w.Write([]byte("line\n"))
+	}
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() != 500 {
+		t.Fatalf("%d bytes written, want 500", b.Len())
+	}
+}
+
+var _ io.Writer = (*Writer)(nil)
 
 func TestConcurrentWritesStayWholeLines(t *testing.T) {
 	var b safeBuffer
@@ -113,7 +186,7 @@ func TestConcurrentWritesStayWholeLines(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if err := w.Close(); err != nil {
+	if err := w.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range bytes.Split(bytes.TrimSuffix(b.b.Bytes(), []byte("\n")), []byte("\n")) {

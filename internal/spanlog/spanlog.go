@@ -109,10 +109,14 @@ func attrs(kvs []attribute.KeyValue) map[string]any {
 }
 
 // ForceFlush writes what is buffered.
-func (p *Processor) ForceFlush(context.Context) error { return p.w.Flush() }
+func (p *Processor) ForceFlush(ctx context.Context) error { return p.w.Flush(ctx) }
 
 // Shutdown flushes and, when New was told to, closes the writer.
-func (p *Processor) Shutdown(context.Context) error { return p.w.Close() }
+func (p *Processor) Shutdown(ctx context.Context) error { return p.w.Close(ctx) }
+
+// Dropped is how many spans' lines were dropped because the writer did not
+// keep up (lineout.MaxPending).
+func (p *Processor) Dropped() int64 { return p.w.Dropped() }
 
 // Read parses a dump.
 func Read(r io.Reader) ([]Span, error) {
