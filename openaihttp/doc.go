@@ -114,7 +114,10 @@
 //   - The client went away before the response was complete (a write to it
 //     failed, or its context ended while the request was served): abort,
 //     at the moment it went. Complete means [DONE], a finish reason or a
-//     final Responses API event (SSE), or a first byte written (JSON).
+//     final Responses API event (SSE), or a first byte written (JSON). A
+//     client that left with every byte of a body whose Content-Length it
+//     was told did not abort: it closes at the last byte, which may be
+//     before the handler returns.
 //   - The upstream failed before it answered (proxy): error, error.type
 //     connection_refused (502 to the client), timeout (504) or
 //     upstream_error (502).

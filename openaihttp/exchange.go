@@ -66,6 +66,11 @@ type exchange struct {
 	lastWrite  time.Time
 	writeErrAt time.Time
 	bytesOut   int64
+	// promised is the response's Content-Length, when it had one: once
+	// that many bytes are out, the client has the whole body and may
+	// close before the handler returns without having aborted.
+	promised    int64
+	hasPromised bool
 
 	sse    sseReader
 	chunk  chunkJSON
@@ -144,6 +149,9 @@ func (ex *exchange) header(code int, h http.Header, at time.Time) {
 	}
 	ex.status, ex.headerAt = code, at
 	ex.mode = modeOf(h, ex.ri.Stream)
+	if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil && n >= 0 {
+		ex.promised, ex.hasPromised = n, true
+	}
 	if ex.mode == modeJSON {
 		ex.body = newFieldScanner(ex.cfg.responseFields, ex.hold)
 	}
@@ -386,6 +394,10 @@ type outcome struct {
 // complete reports whether the client got the whole response before it
 // left: a stream's end ([DONE], a finish reason or a final Responses API
 // event), or any byte of another response.
+// delivered reports whether the client got every byte of a body whose
+// length the response promised.
+func (ex *exchange) delivered() bool { return ex.hasPromised && ex.bytesOut >= ex.promised }
+
 func (ex *exchange) complete() bool {
 	if ex.mode == modeSSE {
 		return ex.obs.sawDone || ex.obs.sawFinish
@@ -457,7 +469,7 @@ func (ex *exchange) finish(o outcome, metrics func(otelstats.Update)) otelstats.
 func (ex *exchange) readBodyEnd(o *outcome) {
 	switch ex.mode {
 	case modeSSE:
-		if ex.sse.pending() && o.gone.IsZero() && ex.writeErrAt.IsZero() {
+		if ex.sse.pending() && (o.gone.IsZero() || ex.delivered()) && ex.writeErrAt.IsZero() {
 			ex.sse.flush(ex) // a last event without its blank line
 		}
 	case modeJSON:
@@ -478,7 +490,10 @@ func (ex *exchange) finishUpdate(o *outcome) otelstats.Update {
 	u := otelstats.Update{Kind: otelstats.KindFinished, Time: o.end}
 	fail := func(t string) { u.FinishReason, u.ErrorType = otelstats.FinishError, t }
 	switch {
-	case !ex.writeErrAt.IsZero() || (!o.gone.IsZero() && !ex.complete()):
+	case !ex.writeErrAt.IsZero() || (!o.gone.IsZero() && !ex.complete() && !ex.delivered()):
+		// A client that left with the whole of a body whose length it
+		// was told was served, not aborted: it closes as soon as it has
+		// the last byte, maybe before the handler returns.
 		u.FinishReason = otelstats.FinishAbort
 		at := ex.writeErrAt
 		if at.IsZero() || (!o.gone.IsZero() && o.gone.Before(at)) {
