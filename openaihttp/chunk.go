@@ -3,7 +3,9 @@ package openaihttp
 import (
 	"bytes"
 	"encoding/json"
+	"unicode/utf8"
 
+	"github.com/llmtrace/llmtrace/internal/textcap"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -126,23 +128,24 @@ func (r rawText) is(s string) bool {
 	return len(r) == len(s)+2 && string(r[1:len(r)-1]) == s
 }
 
-// text returns the string r holds ("" for none), cut at n bytes (on a
-// UTF-8 boundary); cut says it was.
-func (r rawText) text(n int) (s string, cut bool) {
+// text returns the string r holds ("" for none), valid UTF-8 and cut at n
+// bytes (on a rune boundary); changed says it was cleaned or cut.
+func (r rawText) text(n int) (s string, changed bool) {
 	if len(r) < 2 {
 		return "", false
 	}
 	inner := r[1 : len(r)-1]
 	if bytes.IndexByte(inner, '\\') < 0 {
-		if len(inner) <= n {
-			return string(inner), false
+		if len(inner) > n+utf8.UTFMax {
+			inner = inner[:n+utf8.UTFMax] // enough for Clean to cut on a rune boundary
 		}
-		return cutUTF8(string(inner[:n+1]), n), true
+		s, changed = textcap.Clean(string(inner), n)
+		return s, changed || len(r)-2 > len(inner)
 	}
 	if json.Unmarshal(r, &s) != nil {
 		return "", false
 	}
-	return cutUTF8(s, n), len(s) > n
+	return textcap.Clean(s, n)
 }
 
 // contentChoices is how many choices of c carry content (a Responses API
@@ -311,15 +314,4 @@ func decodeResponseFields(s *fieldScanner, c *chunkJSON) {
 	if _, over := s.value(respError); over {
 		c.Error = rawFull
 	}
-}
-
-// cutUTF8 cuts s to at most n bytes without splitting a UTF-8 sequence.
-func cutUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
 }

@@ -3,6 +3,8 @@ package openaihttp
 import (
 	"encoding/json"
 	"strings"
+
+	"github.com/llmtrace/llmtrace/internal/textcap"
 )
 
 // Opt-in content capture (SPEC §6): only when the tracker captures content
@@ -42,7 +44,7 @@ func appendOutput(out *strings.Builder, data []byte) {
 	}
 	add := func(p *string) {
 		if p != nil && out.Len() < maxCapture {
-			out.WriteString(cutUTF8(*p, maxCapture-out.Len()))
+			out.WriteString(textcap.Cut(*p, maxCapture-out.Len()))
 		}
 	}
 	for i := range c.Choices {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.41.0/httpconv"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/internal/textcap"
 )
 
 // durationBuckets are otelhttp's boundaries for the HTTP durations,
@@ -191,13 +192,15 @@ func (c *config) serverAttrs(r *http.Request, route string) []attribute.KeyValue
 	return a
 }
 
-// capped cuts s at n bytes, counting the cut under key.
+// capped is s as valid UTF-8 cut at n bytes, counting a change under key:
+// it comes from the client, and one invalid string would fail an SDK
+// exporter's whole batch.
 func (c *config) capped(s string, n int, key attribute.Key) string {
-	if len(s) <= n {
-		return s
+	s, changed := textcap.Clean(s, n)
+	if changed {
+		c.countTruncated(key)
 	}
-	c.countTruncated(key)
-	return cutUTF8(s, n)
+	return s
 }
 
 // splitHostPort splits a Host header; port is 0 when absent or invalid.

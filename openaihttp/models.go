@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/llmtrace/llmtrace/internal/textcap"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -47,7 +48,7 @@ func UpstreamModels(ctx context.Context, client *http.Client, upstream *url.URL)
 	var out []string
 	for _, m := range list.Data {
 		if m.ID != "" && len(out) < maxModels {
-			out = append(out, cutUTF8(m.ID, otelstats.MaxModelLength))
+			out = append(out, textcap.Cut(m.ID, otelstats.MaxModelLength))
 		}
 	}
 	if len(out) == 0 {

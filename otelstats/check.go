@@ -2,12 +2,11 @@ package otelstats
 
 import (
 	"strconv"
-	"strings"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/internal/textcap"
 )
 
 // check validates what can be validated without the request's state, and
@@ -228,14 +227,8 @@ func (t *Tracker) capNames(u *Update) {
 // by U+FFFD first, counted alike: OTLP strings are UTF-8, and one such
 // value among a metric export's attributes would fail the whole export.
 func (t *Tracker) capString(s *string, n int, key attribute.Key) {
-	changed := false
-	if !utf8.ValidString(*s) {
-		*s, changed = strings.ToValidUTF8(*s, "\uFFFD"), true
-	}
-	if len(*s) > n {
-		*s, changed = cutUTF8(*s, n), true
-	}
-	if changed {
+	var changed bool
+	if *s, changed = textcap.Clean(*s, n); changed {
 		t.inst.countTruncated(key)
 	}
 }
@@ -257,15 +250,4 @@ func (t *Tracker) capStops(stops []string) []string {
 		out[i] = s
 	}
 	return out
-}
-
-// cutUTF8 is s cut to at most n bytes, not inside a UTF-8 sequence.
-func cutUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

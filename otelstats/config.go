@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/llmtrace/llmtrace/internal/textcap"
 )
 
 // Defaults of the Tracker's bounds.
@@ -291,7 +293,7 @@ func WithMaxClockAhead(d time.Duration) Option {
 func WithProviderName(name string) Option {
 	return optionFunc(func(c *config) {
 		if name != "" {
-			c.provider = cutUTF8(name, MaxNameLength)
+			c.provider = textcap.Cut(name, MaxNameLength)
 		}
 	})
 }
