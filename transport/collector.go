@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"container/list"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -55,8 +56,9 @@ type Config struct {
 	DrainGrace time.Duration
 	// MaxConns caps the producer connections open at once, over every
 	// listener given to Serve and a Server's HTTP listener together; one
-	// beyond it is accepted and closed at once, and counted as refused
-	// (default 1,024). Keep it below the process's file-descriptor limit:
+	// beyond it closes the oldest stream connection that has not sent a
+	// byte (counted as evicted), or, when all have spoken, is accepted and
+	// closed at once, counted as refused (default 1,024). Keep it below the process's file-descriptor limit:
 	// at that limit accepting fails, and Serve backs off and retries.
 	MaxConns int
 	// IdleTimeout closes a connection that delivers no byte for this long,
@@ -113,6 +115,7 @@ type Stats struct {
 	Unauthorized  int64 // streams ended for want of the token
 	TimedOut      int64 // streams closed by IdleTimeout (or an HTTP read timeout)
 	AcceptErrors  int64 // failed accepts (the file-descriptor limit, …), retried
+	Evicted       int64 // connections that had sent nothing, closed at MaxConns to admit a new one
 }
 
 // StreamStats count what one stream carried.
@@ -152,10 +155,15 @@ type Collector struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
-	connWG    sync.WaitGroup
-	workerWG  sync.WaitGroup
-	shutdown  chan struct{}
-	drainAt   atomic.Int64 // Unix ns: the read deadline of Close's drain
+	// silent are the stream connections that have not delivered a byte,
+	// oldest first: at MaxConns a new connection closes the oldest of
+	// them instead of being refused, so connections that never speak
+	// cannot lock producers out (trusted ones on another listener too).
+	silent   list.List // of *idleConn
+	connWG   sync.WaitGroup
+	workerWG sync.WaitGroup
+	shutdown chan struct{}
+	drainAt  atomic.Int64 // Unix ns: the read deadline of Close's drain
 
 	open      atomic.Int64 // connections held, against MaxConns
 	lastLog   atomic.Int64 // Unix ns of the last accept-error log line
@@ -167,7 +175,7 @@ type Collector struct {
 	n struct {
 		streams, active, hellos, updates, recorded, rejected, dropped atomic.Int64
 		malformed, truncated, oversized, garbage, noAnchor            atomic.Int64
-		refused, unauthorized, timedOut, acceptErrs                   atomic.Int64
+		refused, unauthorized, timedOut, acceptErrs, evicted          atomic.Int64
 	}
 	inst collectorInstruments
 }
@@ -340,8 +348,9 @@ func (c *Collector) enqueue(u *otelstats.Update) bool {
 // closed by someone else. Any other accept error (the file-descriptor limit,
 // a connection aborted before it was accepted) is counted and retried after
 // a backoff of 5 ms doubling to 1 s, as net/http does: a flood never ends
-// the collector. Connections beyond Config.MaxConns are closed at once and
-// counted as refused.
+// the collector. A connection beyond Config.MaxConns takes the slot of the
+// oldest one that has sent nothing (evicted), or is closed at once
+// (refused).
 func (c *Collector) Serve(l net.Listener) error {
 	c.mu.Lock()
 	if c.isShutdown() {
@@ -374,10 +383,12 @@ func (c *Collector) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		if !c.admitConn() {
+		if !c.admitConn() && !c.evictSilent() {
+			c.refuse()
 			_ = conn.Close()
 			continue
 		}
+		ic := &idleConn{Conn: conn, c: c}
 		c.mu.Lock()
 		if c.isShutdown() {
 			c.mu.Unlock()
@@ -386,33 +397,62 @@ func (c *Collector) Serve(l net.Listener) error {
 			return nil
 		}
 		c.conns[conn] = struct{}{}
+		ic.silent = c.silent.PushBack(ic)
 		c.connWG.Add(1)
 		c.mu.Unlock()
-		go c.serveConn(conn, needAuth)
+		go c.serveConn(ic, needAuth)
 	}
 }
 
-func (c *Collector) serveConn(conn net.Conn, needAuth bool) {
+func (c *Collector) serveConn(ic *idleConn, needAuth bool) {
 	defer c.connWG.Done()
 	defer c.releaseConn()
-	from := conn.RemoteAddr().String()
-	st := c.serveStream(&idleConn{Conn: conn, c: c}, from, needAuth)
-	_ = conn.Close()
+	from := ic.RemoteAddr().String()
+	st := c.serveStream(ic, from, needAuth)
+	_ = ic.Close()
 	c.mu.Lock()
-	delete(c.conns, conn)
+	delete(c.conns, ic.Conn)
+	ic.spoke()
 	c.mu.Unlock()
 	c.logStream(from, &st)
 }
 
-// admitConn takes one of MaxConns slots, or counts a refusal.
+// evictSilent closes the oldest connection that has sent nothing, so that
+// a new one takes its slot, and reports whether there was one. The slot
+// is handed over: the new connection holds it while the old one's
+// goroutine ends.
+func (c *Collector) evictSilent() bool {
+	c.mu.Lock()
+	e := c.silent.Front()
+	if e == nil {
+		c.mu.Unlock()
+		return false
+	}
+	old := e.Value.(*idleConn)
+	c.silent.Remove(e)
+	old.silent = nil
+	c.mu.Unlock()
+	_ = old.Conn.Close()
+	c.open.Add(1) // the old goroutine's releaseConn gives the old slot back
+	c.n.evicted.Add(1)
+	c.inst.errs.Add(context.Background(), 1, c.inst.errAttrs["evicted"])
+	return true
+}
+
+// admitConn takes one of MaxConns slots, or reports there is none.
 func (c *Collector) admitConn() bool {
 	if c.open.Add(1) > int64(c.cfg.MaxConns) {
 		c.open.Add(-1)
-		c.n.refused.Add(1)
-		c.inst.errs.Add(context.Background(), 1, c.inst.errAttrs["refused"])
 		return false
 	}
 	return true
+}
+
+// refuse counts a connection closed at once: MaxConns were open, none of
+// them silent.
+func (c *Collector) refuse() {
+	c.n.refused.Add(1)
+	c.inst.errs.Add(context.Background(), 1, c.inst.errAttrs["refused"])
 }
 
 func (c *Collector) releaseConn() { c.open.Add(-1) }
@@ -448,9 +488,32 @@ func (c *Collector) pause(d time.Duration) bool {
 type idleConn struct {
 	net.Conn
 	c *Collector
+	// silent is the connection's place in c.silent until it delivers a
+	// byte (guarded by c.mu).
+	silent *list.Element
+	spoken atomic.Bool // it delivered a byte: Read need not lock c.mu again
+}
+
+// spoke takes ic off the silent list for good. Called with c.mu held.
+func (ic *idleConn) spoke() {
+	if ic.silent != nil {
+		ic.c.silent.Remove(ic.silent)
+		ic.silent = nil
+	}
+	ic.spoken.Store(true)
 }
 
 func (ic *idleConn) Read(p []byte) (int, error) {
+	n, err := ic.read(p)
+	if n > 0 && !ic.spoken.Load() {
+		ic.c.mu.Lock()
+		ic.spoke()
+		ic.c.mu.Unlock()
+	}
+	return n, err
+}
+
+func (ic *idleConn) read(p []byte) (int, error) {
 	c := ic.c
 	if d := c.cfg.IdleTimeout; d > 0 || c.drainAt.Load() != 0 {
 		var at time.Time
@@ -634,7 +697,7 @@ func (c *Collector) Stats() Stats {
 		Dropped: c.n.dropped.Load(), Malformed: c.n.malformed.Load(), Truncated: c.n.truncated.Load(),
 		Oversized: c.n.oversized.Load(), Garbage: c.n.garbage.Load(), NoAnchor: c.n.noAnchor.Load(),
 		Refused: c.n.refused.Load(), Unauthorized: c.n.unauthorized.Load(), TimedOut: c.n.timedOut.Load(),
-		AcceptErrors: c.n.acceptErrs.Load(),
+		AcceptErrors: c.n.acceptErrs.Load(), Evicted: c.n.evicted.Load(),
 	}
 }
 
@@ -647,8 +710,8 @@ const (
 	// OutcomeKey says what became of an update: queued or dropped.
 	OutcomeKey = attributes.CollectorOutcome
 	// ErrorKey names a stream or connection error: malformed, truncated,
-	// oversized, garbage, no_anchor, refused (over MaxConns), unauthorized,
-	// timeout or accept.
+	// oversized, garbage, no_anchor, refused (over MaxConns), evicted (a
+	// silent connection closed at MaxConns), unauthorized, timeout or accept.
 	ErrorKey = attributes.CollectorError
 )
 
@@ -681,7 +744,7 @@ func (in *collectorInstruments) init(mp metric.MeterProvider) error {
 	in.queued = metric.WithAttributeSet(attribute.NewSet(OutcomeKey.String("queued")))
 	in.dropped = metric.WithAttributeSet(attribute.NewSet(OutcomeKey.String("dropped")))
 	in.errAttrs = map[string]metric.MeasurementOption{}
-	for _, e := range []string{"malformed", "truncated", "oversized", "garbage", "no_anchor", "refused", "unauthorized", "timeout", "accept"} {
+	for _, e := range []string{"malformed", "truncated", "oversized", "garbage", "no_anchor", "refused", "evicted", "unauthorized", "timeout", "accept"} {
 		in.errAttrs[e] = metric.WithAttributeSet(attribute.NewSet(ErrorKey.String(e)))
 	}
 	return nil

@@ -67,8 +67,10 @@
 // # Limits
 //
 // Config.MaxConns (1,024) caps the connections open at once, stream and
-// HTTP together; one over it is accepted and closed at once, counted as
-// refused. Accept errors (the file-descriptor limit) are counted and
+// HTTP together; one over it takes the slot of the oldest stream
+// connection that has not sent a byte, which is closed and counted as
+// evicted (idle connections cannot lock producers out), or, when every one
+// has spoken, is accepted and closed at once, counted as refused. Accept errors (the file-descriptor limit) are counted and
 // retried with a backoff of 5 ms doubling to 1 s. Config.IdleTimeout
 // (2 min) closes a connection that delivers no byte for that long, counted
 // as timeout: an idle producer sends a PING (binary frame type 0x03, or an

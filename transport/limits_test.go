@@ -75,15 +75,23 @@ func TestAcceptErrorsBackOffAndGoOn(t *testing.T) {
 	}
 }
 
-// TestMaxConns: at the cap further connections are closed at once and
-// counted; the ones held keep working, and a slot freed is reused.
+// TestMaxConns: at the cap, with every connection held having spoken,
+// further connections are closed at once and counted; the ones held keep
+// working, and a slot freed is reused.
 func TestMaxConns(t *testing.T) {
 	e := newEnv(t, Config{MaxConns: 3})
 	var held []net.Conn
 	for range 3 {
-		held = append(held, e.dial())
+		c := e.dial()
+		c.Write(AppendHeader(nil))
+		held = append(held, c)
 	}
 	wait(t, "3 streams", func() bool { return e.c.Stats().ActiveStreams == 3 })
+	wait(t, "3 spoken", func() bool {
+		e.c.mu.Lock()
+		defer e.c.mu.Unlock()
+		return e.c.silent.Len() == 0
+	})
 	for range 4 {
 		c := e.dial()
 		c.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -98,9 +106,9 @@ func TestMaxConns(t *testing.T) {
 	if n := e.counter(MetricCollectorErrors, ErrorKey.String("refused")); n != 4 {
 		t.Errorf("refused metric %d", n)
 	}
-	// The held connections still deliver.
+	// The held connections still deliver (their header went first).
 	t0 := time.Unix(1_700_000_000, 0).UTC()
-	b := AppendHeader(nil)
+	var b []byte
 	for _, u := range lifecycle("held", t0) {
 		b = AppendUpdate(b, &u, Stamp{Ns: u.Time.UnixNano()})
 	}
@@ -113,6 +121,57 @@ func TestMaxConns(t *testing.T) {
 	for _, c := range held[1:] {
 		c.Close()
 	}
+}
+
+// TestMaxConnsEvictsSilent: connections that never send a byte cannot
+// lock producers out: at the cap a new connection closes the oldest silent
+// one (counted evicted), and its stream is recorded whole; connections that
+// have spoken are never evicted.
+func TestMaxConnsEvictsSilent(t *testing.T) {
+	e := newEnv(t, Config{MaxConns: 3})
+	spoken := e.dial()
+	spoken.Write(AppendHeader(nil))
+	defer spoken.Close()
+	wait(t, "it spoke", func() bool {
+		e.c.mu.Lock()
+		defer e.c.mu.Unlock()
+		return e.c.Stats().ActiveStreams == 1 && e.c.silent.Len() == 0
+	})
+	var silent []net.Conn
+	for range 2 {
+		silent = append(silent, e.dial())
+	}
+	wait(t, "3 streams", func() bool { return e.c.Stats().ActiveStreams == 3 })
+	for i := range 3 {
+		id := fmt.Sprintf("producer-%d", i)
+		goodStream(t, e, id)
+		e.waitStat(id)
+	}
+	// The first producer took the oldest silent connection's slot; the
+	// others found the slot it freed when its stream ended.
+	st := e.c.Stats()
+	if st.Evicted != 1 || st.Refused != 0 {
+		t.Errorf("stats %+v, want one silent connection evicted and none refused", st)
+	}
+	if n := e.counter(MetricCollectorErrors, ErrorKey.String("evicted")); n != 1 {
+		t.Errorf("evicted metric %d", n)
+	}
+	silent[0].SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := silent[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the oldest silent connection was not closed: %v", err)
+	}
+	for _, c := range silent {
+		c.Close()
+	}
+	// The one that spoke still delivers.
+	t0 := time.Unix(1_700_000_000, 0).UTC()
+	var b []byte
+	for _, u := range lifecycle("spoken", t0) {
+		b = AppendUpdate(b, &u, Stamp{Ns: u.Time.UnixNano()})
+	}
+	spoken.Write(b)
+	spoken.Close()
+	checkLifecycle(t, e.waitStat("spoken"), t0)
 }
 
 // TestIdleTimeout: a connection that sends nothing is closed after

@@ -255,9 +255,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err // net/http backs off on temporary errors
 		}
-		if l.c.admitConn() {
+		if l.c.admitConn() || l.c.evictSilent() {
 			return &releaseConn{Conn: conn, c: l.c}, nil
 		}
+		l.c.refuse()
 		_ = conn.Close()
 	}
 }

@@ -288,7 +288,7 @@ func runCollect(ctx context.Context, cfg collectConfig, stdout, stderr io.Writer
 	r.log.Info("collector stopped", "streams", st.Streams, "updates", st.Updates, "recorded", st.Recorded,
 		"rejected", st.Rejected, "dropped", st.Dropped, "malformed", st.Malformed, "truncated", st.Truncated,
 		"oversized", st.Oversized, "garbage", st.Garbage, "no_anchor", st.NoAnchor, "refused", st.Refused,
-		"unauthorized", st.Unauthorized, "timed_out", st.TimedOut, "accept_errors", st.AcceptErrors)
+		"evicted", st.Evicted, "unauthorized", st.Unauthorized, "timed_out", st.TimedOut, "accept_errors", st.AcceptErrors)
 	return status
 }
 

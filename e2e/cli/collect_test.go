@@ -164,7 +164,7 @@ func (c *collector) stopped() map[string]int64 {
 		c.t.Fatalf("collect exited %d", code)
 	}
 	out := map[string]int64{}
-	for _, k := range []string{"streams", "updates", "recorded", "rejected", "dropped", "malformed", "refused", "unauthorized", "timed_out", "accept_errors"} {
+	for _, k := range []string{"streams", "updates", "recorded", "rejected", "dropped", "malformed", "refused", "evicted", "unauthorized", "timed_out", "accept_errors"} {
 		out[k] = logInt(c.stderr.String(), "collector stopped", k)
 	}
 	return out
