@@ -148,13 +148,14 @@ func TestMaxConnsEvictsSilent(t *testing.T) {
 		e.waitStat(id)
 	}
 	// The first producer took the oldest silent connection's slot; the
-	// others found the slot it freed when its stream ended.
+	// others found a slot freed by an ended stream, or, while that stream's
+	// goroutine was still ending, took the other silent one's.
 	st := e.c.Stats()
-	if st.Evicted != 1 || st.Refused != 0 {
-		t.Errorf("stats %+v, want one silent connection evicted and none refused", st)
+	if st.Evicted < 1 || st.Evicted > 2 || st.Refused != 0 {
+		t.Errorf("stats %+v, want one or two silent connections evicted and none refused", st)
 	}
-	if n := e.counter(MetricCollectorErrors, ErrorKey.String("evicted")); n != 1 {
-		t.Errorf("evicted metric %d", n)
+	if n := e.counter(MetricCollectorErrors, ErrorKey.String("evicted")); n != st.Evicted {
+		t.Errorf("evicted metric %d, stats %d", n, st.Evicted)
 	}
 	silent[0].SetReadDeadline(time.Now().Add(20 * time.Second))
 	if _, err := silent[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
