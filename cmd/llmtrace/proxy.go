@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmtrace/llmtrace/internal/connlimit"
 	"github.com/llmtrace/llmtrace/internal/debugsrv"
 	"github.com/llmtrace/llmtrace/internal/spanlog"
 	"github.com/llmtrace/llmtrace/openaihttp"
@@ -47,6 +48,7 @@ type proxyConfig struct {
 
 	readHeaderTimeout, readTimeout, idleTimeout time.Duration
 	maxHeaderBytes                              int
+	maxConns                                    int
 	transport                                   openaihttp.TransportConfig
 }
 
@@ -59,6 +61,9 @@ const (
 	defaultReadTimeout    = 5 * time.Minute
 	defaultIdleTimeout    = 2 * time.Minute
 	defaultMaxHeaderBytes = 64 << 10
+	// Below the file-descriptor limit Go raises the process to on most
+	// systems, with room for the upstream's connections and the exports.
+	defaultMaxConns = 4096
 )
 
 func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) {
@@ -86,6 +91,7 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 	fs.DurationVar(&c.readTimeout, "read-timeout", defaultReadTimeout, "time a client has to send its whole request, body included (0: none)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection is kept")
 	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "largest request header block accepted")
+	fs.IntVar(&c.maxConns, "max-conns", defaultMaxConns, "client connections held at once; past it a new one closes the oldest idle one, or is refused when all are busy (0: no cap)")
 	fs.DurationVar(&c.transport.ResponseHeaderTimeout, "upstream-header-timeout", openaihttp.DefaultResponseHeaderTimeout,
 		"how long the upstream may take to send its response headers (a response that is not streamed sends them when it is done)")
 	fs.DurationVar(&c.transport.DialTimeout, "upstream-dial-timeout", openaihttp.DefaultDialTimeout, "how long connecting to the upstream may take")
@@ -142,10 +148,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 // serveProxy runs the proxy c describes until ctx ends.
 func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, ready func(addr string)) (err error) {
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	l, err := net.Listen("tcp", c.listen)
+	nl, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
 	}
+	l := connlimit.New(nl, c.maxConns)
 	defer l.Close()
 	var ml net.Listener
 	if c.metricsListen != "" {
@@ -199,7 +206,7 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 		return err
 	}
 	srv := &http.Server{Handler: p, ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout,
-		IdleTimeout: c.idleTimeout, MaxHeaderBytes: c.maxHeaderBytes}
+		IdleTimeout: c.idleTimeout, MaxHeaderBytes: c.maxHeaderBytes, ConnState: l.ConnState}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(l) }()
 	var msrv *http.Server
@@ -225,6 +232,9 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 		_ = msrv.Close()
 	}
 	p.CloseIdleConnections()
+	if st := l.Stats(); st.Refused+st.Evicted > 0 {
+		logger.Warn("client connections over -max-conns", "evicted_idle", st.Evicted, "refused", st.Refused)
+	}
 	fctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
 	_ = tracker.Shutdown(fctx)

@@ -264,6 +264,24 @@ var cases = map[string][]flagCase{
 			},
 		},
 		{
+			// Silent connections fill the cap; a client is still served,
+			// closing the oldest, and the exit says what they cost.
+			name: "-max-conns", ready: "msg=proxying",
+			args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-max-conns", "3", "-models", "toy", "-stats-log", "0"},
+			interact: func(t *testing.T, v vars, _ *proc) {
+				for range 3 {
+					c, err := net.Dial("tcp", v["addr"])
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+				}
+				time.Sleep(100 * time.Millisecond) // accepted, silent
+				chat(t, "http://"+v["addr"])
+			},
+			stderr: []string{"evicted_idle="},
+		},
+		{
 			name: "-public, -models-wait from the upstream", ready: "msg=proxying",
 			args:     []string{"-upstream", "{upstream}", "-listen", "{addr}", "-public", "-models-wait", "5s", "-stats-log", "0", "-stats-out", "{tmp}/s.jsonl"},
 			interact: func(t *testing.T, v vars, _ *proc) { chat(t, "http://"+v["addr"]) },
