@@ -134,9 +134,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	}
 	c, err := config()
 	if err != nil {
-		fmt.Fprintf(stderr, "llmtrace proxy: %v\n", err)
-		fs.Usage()
-		return 2
+		return usageError(fs, "%v", err)
 	}
 	if err := serveProxy(ctx, c, stdout, stderr, ready); err != nil {
 		fmt.Fprintf(stderr, "llmtrace proxy: %v\n", err)
