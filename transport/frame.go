@@ -442,13 +442,11 @@ func decodeFields(r *reader, u *otelstats.Update, tc *traceContext) (seen uint64
 	return seen, r.err
 }
 
-// count is a token count as the tracker sees it: one past its limit when
-// absurd, so the tracker rejects it as absurd_count.
+// count is a token count as the tracker sees it: the value sent (the most
+// an int holds, past that), which the tracker rejects as absurd_count
+// above its limit, naming the number the producer sent.
 func count(v uint64) int {
-	if v > otelstats.MaxTokenCount {
-		return otelstats.MaxTokenCount + 1
-	}
-	return int(v)
+	return int(min(v, math.MaxInt))
 }
 
 // numField sets a uvarint field; unknown ids are skipped.

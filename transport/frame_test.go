@@ -2,9 +2,12 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"errors"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +276,30 @@ func TestContainsFold(t *testing.T) {
 	}
 	if !bytes.Contains([]byte(`{"mono_ts":1}`), monoKey) {
 		t.Fatal("monoKey")
+	}
+}
+
+// TestDecodeFrameHugeCounts: a count past the tracker's limit reaches it as
+// sent (up to the most an int holds), so its absurd_count rejection names
+// the number the producer sent, not the limit plus one.
+func TestDecodeFrameHugeCounts(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, v := range []int{1 << 31, 1 << 40} {
+		u := otelstats.Update{RequestID: "r", Kind: otelstats.KindInputProcessed, Time: t0, NumPromptTokens: v}
+		f, _, err := DecodeFrame(AppendUpdate(nil, &u, Stamp{Ns: t0.UnixNano()}), DefaultMaxFrame)
+		if err != nil || f.Update.NumPromptTokens != v {
+			t.Fatalf("count %d decoded as %d (%v)", v, f.Update.NumPromptTokens, err)
+		}
+		tr, _ := otelstats.NewTracker()
+		_ = tr.Record(otelstats.Update{RequestID: "r", Kind: otelstats.KindArrived, Time: t0, Model: "m"})
+		f.Update.Time = t0
+		err = tr.Record(f.Update)
+		if want := strconv.Itoa(v); !errors.Is(err, otelstats.ReasonAbsurdCount) || !strings.Contains(err.Error(), want) {
+			t.Errorf("count %d: %v, want absurd_count naming %s", v, err, want)
+		}
+		_ = tr.Shutdown(context.Background())
+	}
+	if got := count(math.MaxUint64); got != math.MaxInt {
+		t.Errorf("count(2^64-1) = %d, want the most an int holds", got)
 	}
 }
