@@ -109,6 +109,9 @@ func runReplay(cfg replayConfig, stdin io.Reader, stdout, stderr io.Writer) int 
 			return fail(exitUnreadable, "%v", err)
 		}
 		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.IsDir() {
+			return fail(exitUnreadable, "%s is a directory, not an update log", cfg.input)
+		}
 		in = f
 	}
 	ctx := context.Background()

@@ -225,6 +225,7 @@ var cases = map[string][]flagCase{
 		{name: "file", args: []string{"{log}"}, exit: 0, stdout: []string{`"request_id":"r1"`, `"queue_duration_s":0.007`, `"request_id":"r2"`}, stderr: []string{"p50"}},
 		{name: "stdin, -q", args: []string{"-q", "-"}, stdin: updateLog, exit: 0, stdout: []string{`"request_id":"r2"`}},
 		{name: "rejected lines", args: []string{"{badlog}"}, exit: 3, stderr: []string{"line 14", "1 update(s) rejected"}},
+		{name: "a directory", args: []string{"{tmp}"}, exit: 1, stderr: []string{"is a directory, not an update log"}},
 		{
 			name: "-grace, -hold: the log's own clock", args: []string{"-grace", "100ms", "-hold", "100ms", "{log}"}, exit: 0,
 			// Timestamps from 2023, an hour apart from nothing: a replay
