@@ -26,7 +26,7 @@ var proxyFlags = []string{
 	"listen", "upstream", "trust-traceparent", "public", "server-timing", "stall-factor", "stall-min",
 	"models", "models-wait", "metrics-listen", "stats-out", "spans-out", "stats-log", "drain",
 	"body-budget", "event-limit", "read-header-timeout", "read-timeout", "idle-timeout", "max-header-bytes",
-	"upstream-header-timeout", "upstream-dial-timeout", "debug-listen",
+	"upstream-header-timeout", "upstream-dial-timeout", "debug-listen", "max-conns",
 }
 
 func TestProxyBinaryHelpListsEveryFlag(t *testing.T) {
@@ -170,6 +170,34 @@ func TestProxyBinaryDebugListen(t *testing.T) {
 	}
 	if !strings.Contains(index, "heap") || !strings.Contains(index, "profile") {
 		t.Errorf("/debug/pprof/:\n%.500s", index)
+	}
+}
+
+// -max-conns: connections that never send a request fill the cap; every
+// client is still served (the oldest silent connection makes room), and the
+// exit says what they cost. Without the cap, 20,000 idle connections took
+// every file descriptor and real requests failed.
+func TestProxyBinaryMaxConns(t *testing.T) {
+	up := newUpstream(t)
+	px := startProxy(t, up.srv.URL, "-models", "toy", "-max-conns", "4")
+	addr := strings.TrimPrefix(px.url, "http://")
+	for range 8 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	for range 3 {
+		postJSON(t, px.url+"/v1/chat/completions", `{"model":"toy","messages":[{"role":"user","content":"x"}]}`)
+	}
+	px.stop(t)
+	if st := readLines[jsonStats](t, px.statsPath); len(st) != 3 {
+		t.Errorf("%d requests recorded, want 3", len(st))
+	}
+	errs, _ := os.ReadFile(px.stderr)
+	if !regexp.MustCompile(`evicted_idle=[1-9]`).Match(errs) {
+		t.Errorf("the exit did not count the evicted connections:\n%s", errs)
 	}
 }
 
