@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/llmtrace/llmtrace/internal/freeport"
 )
 
 // root is the repository's root, where the README's commands run.
@@ -321,15 +323,7 @@ func run(t testing.TB, env []string, stdin string, bin string, args ...string) (
 }
 
 // freeAddr is a free loopback TCP address.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t testing.TB) string { return freeport.Addr(t) }
 
 // shortDir is a temporary directory short enough for Unix socket paths.
 func shortDir(t testing.TB) string {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/llmtrace/llmtrace/e2e/testbackend"
+	"github.com/llmtrace/llmtrace/internal/freeport"
 )
 
 // The demo run the dashboards are checked against: the synthetic workload
@@ -143,7 +144,7 @@ func TestDashboardsOnDemo(t *testing.T) {
 		t.Skipf("no prometheus (%v); apt-get install -y --no-install-recommends prometheus", err)
 	}
 	j := testbackend.StartJaeger(t)
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metricsAddr := freeport.Addr(t)
 	env := []string{
 		"OTEL_SERVICE_NAME=" + demoService,
 		"OTEL_RESOURCE_ATTRIBUTES=service.namespace=" + demoNamespace,

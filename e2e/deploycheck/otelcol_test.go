@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -37,6 +36,7 @@ import (
 
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/e2e/testbackend"
+	"github.com/llmtrace/llmtrace/internal/freeport"
 )
 
 // The collector these tests run is built with ocb from
@@ -247,16 +247,6 @@ func goExporterSeries(t *testing.T) map[string]bool {
 	return out
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // logBuffer collects a child process' output for failure messages.
 type logBuffer struct {
 	mu sync.Mutex
@@ -337,12 +327,13 @@ func collectorTestConfig(t *testing.T, jaegerEndpoint string) (path string, grpc
 		}
 		return m
 	}
-	grpcPort, promPort, healthPort = freePort(t), freePort(t), freePort(t)
+	ports := freeport.Ports(t, 5)
+	grpcPort, promPort, healthPort = ports[0], ports[1], ports[2]
 	get("receivers", "otlp", "protocols", "grpc")["endpoint"] = fmt.Sprintf("127.0.0.1:%d", grpcPort)
-	get("receivers", "otlp", "protocols", "http")["endpoint"] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	get("receivers", "otlp", "protocols", "http")["endpoint"] = fmt.Sprintf("127.0.0.1:%d", ports[3])
 	get("exporters", "prometheus")["endpoint"] = fmt.Sprintf("127.0.0.1:%d", promPort)
 	if jaegerEndpoint == "" {
-		jaegerEndpoint = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		jaegerEndpoint = fmt.Sprintf("127.0.0.1:%d", ports[4])
 	}
 	get("exporters", "otlp_grpc/jaeger")["endpoint"] = jaegerEndpoint
 	get("extensions", "health_check")["endpoint"] = fmt.Sprintf("127.0.0.1:%d", healthPort)
@@ -635,7 +626,7 @@ func startPrometheus(t *testing.T, bin, target, job string) string {
 			t.Fatal(err)
 		}
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := freeport.Addr(t)
 	start(t, bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--enable-feature=exemplar-storage", "--log.level=warn")
 	u := "http://" + addr

@@ -33,6 +33,7 @@ import (
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/e2e/testbackend"
 	"github.com/llmtrace/llmtrace/examples/simengine/waterfall"
+	"github.com/llmtrace/llmtrace/internal/freeport"
 	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/reconstruct"
 	"github.com/llmtrace/llmtrace/spans"
@@ -141,16 +142,6 @@ func scrapeSum(t *testing.T, u, metric string) float64 {
 		}
 	}
 	return sum
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startCollector runs the distribution with deploy/fleet/<recipe> and, for
@@ -304,8 +295,9 @@ func TestFleetLive(t *testing.T) {
 	}
 	var t2 []tier2
 	for _, name := range []string{"tier2-a", "tier2-b"} {
-		tport := freePort(t)
-		c := tier2{w: startWitness(t), otlp: addr(freePort(t)), prom: addr(freePort(t)), health: addr(freePort(t)), telemetry: addr(tport)}
+		p := freeport.Ports(t, 4)
+		tport := p[0]
+		c := tier2{w: startWitness(t), otlp: addr(p[1]), prom: addr(p[2]), health: addr(p[3]), telemetry: addr(tport)}
 		overlay := fmt.Sprintf(`exporters:
   otlp_grpc/witness:
     endpoint: %s
@@ -338,10 +330,11 @@ service:
 			}
 		}
 	})
-	tier1 := addr(freePort(t))
+	p := freeport.Ports(t, 4)
+	tier1 := addr(p[0])
 	startCollector(t, bin, "tier1", "tier1.yaml", "", map[string]string{
-		"TIER1_OTLP_GRPC_ENDPOINT": tier1, "TIER1_OTLP_HTTP_ENDPOINT": addr(freePort(t)),
-		"TIER1_HEALTH_ENDPOINT": addr(freePort(t)), "TIER1_TELEMETRY_PORT": strconv.Itoa(freePort(t)),
+		"TIER1_OTLP_GRPC_ENDPOINT": tier1, "TIER1_OTLP_HTTP_ENDPOINT": addr(p[1]),
+		"TIER1_HEALTH_ENDPOINT": addr(p[2]), "TIER1_TELEMETRY_PORT": strconv.Itoa(p[3]),
 		"TIER2_ENDPOINTS": "[" + t2[0].otlp + "," + t2[1].otlp + "]",
 	})
 	prom := testbackend.StartPrometheus(t, []string{t2[0].prom, t2[1].prom}, 500*time.Millisecond)

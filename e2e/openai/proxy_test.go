@@ -25,6 +25,7 @@ import (
 
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/examples/httpserver/toyserver"
+	"github.com/llmtrace/llmtrace/internal/freeport"
 )
 
 // The llmtrace binary, built once per test binary into binDir (removed by
@@ -137,16 +138,8 @@ type proxyProc struct {
 	stopped              bool
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
+// freePort is a loopback address for a child to listen on.
+func freePort(t *testing.T) string { return freeport.Addr(t) }
 
 // startProxy runs `llmtrace proxy` to upstreamURL with -spans-out and
 // -stats-out in a temp dir, and extra flags.

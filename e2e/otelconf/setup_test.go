@@ -3,7 +3,6 @@ package otelconf
 import (
 	"context"
 	"errors"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/llmtrace/llmtrace/e2e/testbackend"
+	"github.com/llmtrace/llmtrace/internal/freeport"
 	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
@@ -280,13 +280,4 @@ func TestPrometheusScrapes(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
-}
+func freePort(t *testing.T) string { return strconv.Itoa(freeport.Port(t)) }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmtrace/llmtrace/internal/freeport"
 )
 
 // JaegerConfig is the Jaeger v2 configuration the tests run with
@@ -49,10 +51,7 @@ func StartJaeger(t testing.TB) *Jaeger {
 
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(6)
-		if err != nil {
-			t.Fatalf("testbackend: picking ports for Jaeger: %v", err)
-		}
+		ports := freeport.Ports(t, 6)
 		j := &Jaeger{
 			t:             t,
 			otlpGRPCPort:  ports[0],

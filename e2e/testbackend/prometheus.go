@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmtrace/llmtrace/internal/freeport"
 )
 
 // Prometheus is a running Prometheus server started by StartPrometheus.
@@ -60,10 +62,7 @@ func StartPrometheus(t testing.TB, scrapeTargets []string, scrapeInterval time.D
 
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(1)
-		if err != nil {
-			t.Fatalf("testbackend: picking a port for Prometheus: %v", err)
-		}
+		ports := freeport.Ports(t, 1)
 		p := &Prometheus{t: t, port: ports[0], client: &http.Client{Timeout: 10 * time.Second}}
 		p.proc = &process{
 			name: "prometheus",

@@ -155,28 +155,6 @@ func requireBinary(t testing.TB, what string, err error) {
 	t.Skipf("testbackend: skipping, no %s: %v; %s", what, err, howToRun)
 }
 
-// freePorts reserves n distinct free TCP ports on 127.0.0.1 and releases
-// them. Another process could take one before the backend binds it; starts
-// retry on "address already in use".
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // process is one run-and-stop-able child process whose output is appended to
 // a log file that survives restarts.
 type process struct {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/llmtrace/llmtrace/internal/freeport"
 	"github.com/llmtrace/llmtrace/internal/spanlog"
 )
 
@@ -137,17 +139,8 @@ func (p *proc) wait(t *testing.T, within time.Duration) {
 	}
 }
 
-// freePort is a free loopback TCP port.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
-}
+// freePort is a free loopback TCP port for a child to listen on.
+func freePort(t *testing.T) string { return strconv.Itoa(freeport.Port(t)) }
 
 func waitSocket(t *testing.T, path string) {
 	t.Helper()
