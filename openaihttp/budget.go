@@ -35,7 +35,16 @@ type hold struct {
 
 // take reserves n more bytes, or reports false (and counts the refusal)
 // when that would pass the budget or the request has ended.
-func (h *hold) take(n int) bool {
+func (h *hold) take(n int) bool { return h.reserve(n, true) }
+
+// tryTake is take for bytes that only save work, from the budget's first
+// half (the rest stays for what would be given up without it): a refusal
+// gives nothing up, and is not counted.
+func (h *hold) tryTake(n int) bool { return h.reserve(n, false) }
+
+// reserve takes n bytes; count says a refusal is counted, and that the
+// whole budget may be used.
+func (h *hold) reserve(n int, count bool) bool {
 	if h == nil || h.b == nil || n <= 0 {
 		return true
 	}
@@ -44,9 +53,13 @@ func (h *hold) take(n int) bool {
 	if h.closed {
 		return false
 	}
-	if h.b.used.Add(int64(n)) > h.b.limit {
+	limit := h.b.limit
+	if !count {
+		limit /= 2
+	}
+	if h.b.used.Add(int64(n)) > limit {
 		h.b.used.Add(-int64(n))
-		if h.b.refused != nil {
+		if count && h.b.refused != nil {
 			h.b.refused()
 		}
 		return false

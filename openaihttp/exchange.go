@@ -73,6 +73,7 @@ type exchange struct {
 	hasPromised bool
 
 	sse    sseReader
+	later  laterWrites // writes of the stream not read yet (later.go)
 	chunk  chunkJSON
 	at     time.Time // the write being read, for the events it completes
 	obs    observed
@@ -209,8 +210,7 @@ func (ex *exchange) wrote(began, at time.Time, p []byte, err error) {
 	ex.bytesOut += int64(len(p))
 	switch ex.mode {
 	case modeSSE:
-		ex.at = at
-		ex.sse.feed(p, ex)
+		ex.readSSE(p, at)
 	case modeJSON:
 		ex.body.feed(p)
 	}
@@ -369,6 +369,7 @@ func (ex *exchange) ensureInput() {
 func (ex *exchange) handlerInput(at time.Time, promptTokens int) error {
 	ex.mu.Lock()
 	defer ex.mu.Unlock()
+	ex.readLater() // content already written makes it too late
 	if ex.done || ex.inputDone || len(ex.pending) > 0 || ex.recorded > 0 {
 		return ErrTooLate
 	}
@@ -469,6 +470,8 @@ func (ex *exchange) finish(o outcome, metrics func(otelstats.Update)) otelstats.
 func (ex *exchange) readBodyEnd(o *outcome) {
 	switch ex.mode {
 	case modeSSE:
+		ex.readLater()
+		ex.later.release(ex.hold)
 		if ex.sse.pending() && (o.gone.IsZero() || ex.delivered()) && ex.writeErrAt.IsZero() {
 			ex.sse.flush(ex) // a last event without its blank line
 		}

@@ -152,6 +152,7 @@ type exchangeSummary struct {
 }
 
 func summarize(ex *exchange) exchangeSummary {
+	ex.readLater() // what waits is read as it would have been
 	n := ex.recorded
 	for _, d := range ex.pending {
 		n += int64(d.w)
