@@ -66,8 +66,17 @@ func (p *chunkParser) fail() {
 	p.i = len(p.b) // every loop ends
 }
 
-// peek returns the next byte after blanks, 0 at the end.
+// peek returns the next byte after blanks, 0 at the end. Servers send
+// compact JSON: the next byte is mostly not a blank, and that check is
+// inlined.
 func (p *chunkParser) peek() byte {
+	if p.i < len(p.b) && p.b[p.i] > ' ' {
+		return p.b[p.i]
+	}
+	return p.peekBlanks()
+}
+
+func (p *chunkParser) peekBlanks() byte {
 	for p.i < len(p.b) {
 		switch c := p.b[p.i]; c {
 		case ' ', '\t', '\n', '\r':
@@ -566,6 +575,12 @@ func (p *chunkParser) str() []byte {
 	start := p.i
 	b := p.b
 	for j := start + 1; j < len(b); {
+		for j < len(b) && plainByte[b[j]] {
+			j++ // the run of bytes that need no look (most of any string)
+		}
+		if j == len(b) {
+			break
+		}
 		c := b[j]
 		switch {
 		case c == '"':
@@ -599,6 +614,15 @@ func (p *chunkParser) str() []byte {
 	p.fail()
 	return nil
 }
+
+// plainByte marks the bytes a string holds as they are: not a quote, a
+// backslash or a control character.
+var plainByte = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 0x20 && c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
 
