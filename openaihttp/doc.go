@@ -74,6 +74,14 @@
 //     to the client; its tokens are its choices with content. A role-only
 //     first chunk, keep-alive comments and the usage-only last chunk are
 //     not deliveries, so TTFT ends at the first chunk with content.
+//     Writes are read in batches, each event still at its own write's
+//     time: a write is set aside (4 KiB and 32 writes a stream, from the
+//     first half of WithBodyBudget) and the batch read when the next would
+//     not fit or comes 100 ms after the batch's first, and at the end.
+//     Reading each as it went by cost several times as much, with caches
+//     cold between chunks, and held the next chunk back that long; the
+//     tracker sees the same deliveries, up to 100 ms late (a stream that
+//     pauses: when it goes on or ends).
 //   - A JSON response is scanned like the request: its id, model, choices
 //     (up to WithEventLimit), usage, status and error. It was received in
 //     one piece, so it has no token times (SPEC §2): FINISHED carries its
