@@ -150,7 +150,9 @@ func (ex *exchange) header(code int, h http.Header, at time.Time) {
 	}
 	ex.status, ex.headerAt = code, at
 	ex.mode = modeOf(h, ex.ri.Stream)
-	if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil && n >= 0 {
+	if cl := h.Get("Content-Length"); cl == "" {
+		// A stream's: none (ParseInt would allocate its error).
+	} else if n, err := strconv.ParseInt(cl, 10, 64); err == nil && n >= 0 {
 		ex.promised, ex.hasPromised = n, true
 	}
 	if ex.mode == modeJSON {

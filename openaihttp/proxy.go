@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
@@ -236,9 +235,9 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	if c == nil {
 		return // untraced: the caller's headers go on as they are
 	}
-	pr.Out.Header.Del("traceparent")
-	pr.Out.Header.Del("tracestate")
-	p.cfg.prop.Inject(trace.ContextWithSpanContext(c.in.ctx, c.upstreamSpan()), propagation.HeaderCarrier(pr.Out.Header))
+	delete(pr.Out.Header, "Traceparent")
+	delete(pr.Out.Header, "Tracestate")
+	p.cfg.prop.Inject(trace.ContextWithSpanContext(c.in.ctx, c.upstreamSpan()), headerCarrier(pr.Out.Header))
 }
 
 // upstreamTransport notes when a traced request goes upstream, when its

@@ -27,7 +27,7 @@ type incoming struct {
 func (c *config) incoming(r *http.Request) incoming {
 	base := r.Context()
 	in := incoming{trusted: c.trust != nil && c.trust(r)}
-	in.ctx = c.prop.Extract(base, propagation.HeaderCarrier(r.Header))
+	in.ctx = c.prop.Extract(base, headerCarrier(r.Header))
 	sc := trace.SpanContextFromContext(in.ctx)
 	switch {
 	case !sc.IsValid() || !sc.IsRemote() || sc.Equal(trace.SpanContextFromContext(base)):
@@ -83,3 +83,35 @@ func (c *config) newRequestID(r *http.Request) string {
 	}
 	return otelstats.NewRequestID()
 }
+
+// headerCarrier is propagation.HeaderCarrier without its allocation per
+// key: the propagators' lower-case fields (traceparent, tracestate,
+// baggage) are canonicalized by a switch, not by
+// textproto.CanonicalMIMEHeaderKey, which copies every key not already in
+// canonical form.
+type headerCarrier http.Header
+
+var _ propagation.TextMapCarrier = headerCarrier(nil)
+
+func headerKey(k string) string {
+	switch k {
+	case "traceparent":
+		return "Traceparent"
+	case "tracestate":
+		return "Tracestate"
+	case "baggage":
+		return "Baggage"
+	}
+	return http.CanonicalHeaderKey(k)
+}
+
+func (c headerCarrier) Get(key string) string {
+	if v := c[headerKey(key)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c headerCarrier) Set(key, value string) { c[headerKey(key)] = []string{value} }
+
+func (c headerCarrier) Keys() []string { return propagation.HeaderCarrier(c).Keys() }

@@ -3,8 +3,10 @@ package openaihttp
 import (
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -69,5 +71,24 @@ func TestIncomingTrust(t *testing.T) {
 				t.Errorf("sampled %v, want %v", sc.IsSampled(), c.wantSampled)
 			}
 		})
+	}
+}
+
+// The carrier reads and writes what propagation.HeaderCarrier does.
+func TestHeaderCarrier(t *testing.T) {
+	for _, key := range []string{"traceparent", "tracestate", "baggage", "x-b3-traceid", "Traceparent", "uber-trace-id"} {
+		h1, h2 := http.Header{}, http.Header{}
+		propagation.HeaderCarrier(h1).Set(key, "v")
+		headerCarrier(h2).Set(key, "v")
+		if !reflect.DeepEqual(h1, h2) || headerCarrier(h2).Get(key) != "v" || propagation.HeaderCarrier(h2).Get(key) != "v" {
+			t.Errorf("%s: set %v, want %v", key, h2, h1)
+		}
+	}
+	h := http.Header{"Traceparent": {"x"}}
+	if n := testing.AllocsPerRun(100, func() {
+		_ = headerCarrier(h).Get("traceparent")
+		headerCarrier(h).Set("tracestate", "y") // the value's slice
+	}); n > 1 {
+		t.Errorf("%v allocations", n)
 	}
 }
