@@ -91,7 +91,10 @@ func (c *config) newRequestID(r *http.Request) string {
 // canonical form.
 type headerCarrier http.Header
 
-var _ propagation.TextMapCarrier = headerCarrier(nil)
+var (
+	_ propagation.TextMapCarrier = headerCarrier(nil)
+	_ propagation.ValuesGetter   = headerCarrier(nil) // every baggage header, as HeaderCarrier gives
+)
 
 func headerKey(k string) string {
 	switch k {
@@ -111,6 +114,8 @@ func (c headerCarrier) Get(key string) string {
 	}
 	return ""
 }
+
+func (c headerCarrier) Values(key string) []string { return c[headerKey(key)] }
 
 func (c headerCarrier) Set(key, value string) { c[headerKey(key)] = []string{value} }
 

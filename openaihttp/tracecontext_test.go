@@ -1,11 +1,13 @@
 package openaihttp
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"testing"
 
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -83,6 +85,12 @@ func TestHeaderCarrier(t *testing.T) {
 		if !reflect.DeepEqual(h1, h2) || headerCarrier(h2).Get(key) != "v" || propagation.HeaderCarrier(h2).Get(key) != "v" {
 			t.Errorf("%s: set %v, want %v", key, h2, h1)
 		}
+	}
+	// Every baggage header is read, as with HeaderCarrier.
+	bh := http.Header{"Baggage": {"a=1", "b=2"}}
+	bag := baggage.FromContext(propagation.Baggage{}.Extract(context.Background(), headerCarrier(bh)))
+	if bag.Member("a").Value() != "1" || bag.Member("b").Value() != "2" {
+		t.Errorf("baggage %v from two headers", bag)
 	}
 	h := http.Header{"Traceparent": {"x"}}
 	if n := testing.AllocsPerRun(100, func() {
