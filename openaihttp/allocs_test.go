@@ -36,3 +36,15 @@ func TestHTTPMetricsAllocations(t *testing.T) {
 		t.Errorf("%.1f allocations per request's HTTP metrics, want 0", n)
 	}
 }
+
+// TestHeaderCarrierAllocations: the propagators' own fields are read and
+// written without canonicalizing a copy of the key.
+func TestHeaderCarrierAllocations(t *testing.T) {
+	h := http.Header{"Traceparent": {"x"}}
+	if n := testing.AllocsPerRun(100, func() {
+		_ = headerCarrier(h).Get("traceparent")
+		headerCarrier(h).Set("tracestate", "y") // the value's slice
+	}); n > 1 {
+		t.Errorf("%v allocations", n)
+	}
+}

@@ -15,6 +15,31 @@ import (
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
+// laterExchange is a streamed request that arrived a minute ago (the
+// writes' times are set after it), on the default limits, in a tracker of
+// its own with opts.
+func laterExchange(t *testing.T, opts ...otelstats.Option) (*exchange, *config) {
+	t.Helper()
+	tr, err := otelstats.NewTracker(append([]otelstats.Option{otelstats.WithTracerProvider(tracenoop.NewTracerProvider()),
+		otelstats.WithMeterProvider(metricnoop.NewMeterProvider())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := newConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arrived := time.Now().Add(-time.Minute)
+	q, err := tr.Arrive(context.Background(), "r1", otelstats.Arrival{Time: arrived, Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := newExchange(cfg, "chat", arrived)
+	ex.begin(q, requestInfo{Stream: true}, arrived, false, false)
+	ex.header(http.StatusOK, http.Header{"Content-Type": {"text/event-stream"}}, arrived)
+	return ex, cfg
+}
+
 // laterWrite is a write of a stream and when it returned, after arrival.
 type laterWrite struct {
 	at time.Duration
@@ -57,24 +82,9 @@ func TestLaterWritesKeepTimes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var got *otelstats.RequestStats
-			tr, err := otelstats.NewTracker(otelstats.WithTracerProvider(tracenoop.NewTracerProvider()),
-				otelstats.WithMeterProvider(metricnoop.NewMeterProvider()), otelstats.WithTokenLatencies(true),
+			ex, cfg := laterExchange(t, otelstats.WithTokenLatencies(true),
 				otelstats.WithOnFinish(func(s *otelstats.RequestStats) { c := *s; got = &c }))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := newConfig(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			arrived := time.Now().Add(-time.Minute)
-			ex := newExchange(cfg, "chat", arrived)
-			q, err := tr.Arrive(context.Background(), "r1", otelstats.Arrival{Time: arrived, Model: "m"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ex.begin(q, requestInfo{Stream: true}, arrived, false, false)
-			ex.header(http.StatusOK, http.Header{"Content-Type": {"text/event-stream"}}, arrived)
+			arrived := ex.arrived
 			var want []time.Duration // content events' times
 			var text strings.Builder
 			last := time.Duration(0)
@@ -121,14 +131,8 @@ func TestLaterWritesKeepTimes(t *testing.T) {
 // A batch is read once its first write is laterDelay old, at the next
 // write: the tracker sees a paused stream's tokens when it goes on.
 func TestLaterWritesReadAfterDelay(t *testing.T) {
-	cfg, _ := newConfig(nil)
-	tr, _ := otelstats.NewTracker(otelstats.WithTracerProvider(tracenoop.NewTracerProvider()),
-		otelstats.WithMeterProvider(metricnoop.NewMeterProvider()))
-	arrived := time.Now().Add(-time.Minute)
-	ex := newExchange(cfg, "chat", arrived)
-	q, _ := tr.Arrive(context.Background(), "r1", otelstats.Arrival{Time: arrived, Model: "m"})
-	ex.begin(q, requestInfo{Stream: true}, arrived, false, false)
-	ex.header(http.StatusOK, http.Header{"Content-Type": {"text/event-stream"}}, arrived)
+	ex, _ := laterExchange(t)
+	arrived := ex.arrived
 	ex.wrote(arrived, arrived.Add(time.Millisecond), []byte(contentEvent("a")), nil)
 	ex.wrote(arrived, arrived.Add(2*time.Millisecond), []byte(contentEvent("b")), nil)
 	if ex.chunks != 0 || ex.later.k != 2 {
