@@ -53,7 +53,7 @@ EXTRA_CHECKS=(
 	"LLMTRACE_TEST_SPAN_PATH=processor go test -count=1 ./otelstats"
 	# Allocation budgets (files built with !race: the race detector changes
 	# what escapes) hold without the race detector.
-	"go test -run='Allocat' -count=1 ./otelstats ./reconstruct ./openaihttp"
+	"go test -run='Allocat' -count=1 ./otelstats ./reconstruct ./openaihttp ./internal/otlpwire"
 	# The churn test at full size (1,000,000 requests) without the race
 	# detector; under -race it runs 20,000.
 	"go test -run='^TestChurnHeap\$' -count=1 -v ./otelstats"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -24,7 +25,16 @@ import (
 // into a buffer of its own, reused by later calls.
 type Exporter struct {
 	client otlptrace.Client
-	bufs   sync.Pool // *batch
+	// spare is the last export's batch, kept for the next: a batch
+	// processor exports from one goroutine, so its buffer, grown to a
+	// batch's size once, is used again rather than regrown from nothing.
+	// A sync.Pool alone would not do: a collection empties it, and
+	// collections come more often than exports, so every export grew a
+	// megabyte of buffer through fresh pages (a tenth of the proxy's
+	// exporting cost under load; BENCHMARKS.md). Calls that find it taken
+	// use bufs.
+	spare atomic.Pointer[batch]
+	bufs  sync.Pool // *batch
 
 	stopOnce sync.Once
 	stopErr  error
@@ -39,6 +49,9 @@ func New(ctx context.Context, client otlptrace.Client) (*Exporter, error) {
 	}
 	return &Exporter{client: client}, nil
 }
+
+// maxKeep bounds the encoding buffer an Exporter keeps between exports.
+const maxKeep = 16 << 20
 
 // group is the spans of one resource and scope, in the order they came.
 type group struct {
@@ -60,7 +73,10 @@ type batch struct {
 // ExportSpans encodes spans, grouped by resource and scope as the SDK's
 // exporter groups them, and uploads them in one request.
 func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	b, _ := e.bufs.Get().(*batch)
+	b := e.spare.Swap(nil)
+	if b == nil {
+		b, _ = e.bufs.Get().(*batch)
+	}
 	if b == nil {
 		b = &batch{}
 	}
@@ -76,9 +92,10 @@ func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 	return nil
 }
 
-// put keeps b for the next export, unless one huge batch made it huge.
+// put keeps b for the next export (as the spare, when that is free),
+// unless one huge batch made it huge: at most maxKeep bytes stay.
 func (e *Exporter) put(b *batch) {
-	if cap(b.enc.b) > 16<<20 {
+	if cap(b.enc.b) > maxKeep {
 		return
 	}
 	for i := range b.groups {
@@ -91,7 +108,9 @@ func (e *Exporter) put(b *batch) {
 	clear(b.rs)
 	b.rs = b.rs[:0]
 	b.enc.b = b.enc.b[:0]
-	e.bufs.Put(b)
+	if !e.spare.CompareAndSwap(nil, b) {
+		e.bufs.Put(b)
+	}
 }
 
 // sort puts each span in its group. Batches hold few resources and scopes,
