@@ -171,14 +171,14 @@ func sbsServe(mode, upstream string) error {
 	return err
 }
 
-// sbsStats is the process's CPU time (user + system, ns), allocations and
-// bytes allocated so far.
+// sbsStats is the process's CPU time (user + system, ns), allocations,
+// bytes allocated, context switches and page faults so far.
 func sbsStats() string {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return fmt.Sprintf("stats %d %d %d %d", ru.Utime.Nano()+ru.Stime.Nano(), ms.Mallocs, ms.TotalAlloc, ru.Nvcsw+ru.Nivcsw)
+	return fmt.Sprintf("stats %d %d %d %d %d", ru.Utime.Nano()+ru.Stime.Nano(), ms.Mallocs, ms.TotalAlloc, ru.Nvcsw+ru.Nivcsw, ru.Minflt)
 }
 
 // sbsProcess is a proxy process the benchmark drives.
@@ -189,10 +189,10 @@ type sbsProcess struct {
 	addr string
 }
 
-type sbsCounters struct{ cpu, mallocs, bytes, switches int64 }
+type sbsCounters struct{ cpu, mallocs, bytes, switches, faults int64 }
 
 func (c sbsCounters) sub(d sbsCounters) sbsCounters {
-	return sbsCounters{c.cpu - d.cpu, c.mallocs - d.mallocs, c.bytes - d.bytes, c.switches - d.switches}
+	return sbsCounters{c.cpu - d.cpu, c.mallocs - d.mallocs, c.bytes - d.bytes, c.switches - d.switches, c.faults - d.faults}
 }
 
 func startSBSProcess(b *testing.B, mode, upstream string, env []string) *sbsProcess {
@@ -251,11 +251,11 @@ func (p *sbsProcess) sample(b *testing.B) sbsCounters {
 		b.Fatal(err)
 	}
 	f := strings.Fields(p.line(b))
-	if len(f) != 5 || f[0] != "stats" {
+	if len(f) != 6 || f[0] != "stats" {
 		b.Fatalf("proxy process said %q", f)
 	}
 	var c sbsCounters
-	for i, dst := range []*int64{&c.cpu, &c.mallocs, &c.bytes, &c.switches} {
+	for i, dst := range []*int64{&c.cpu, &c.mallocs, &c.bytes, &c.switches, &c.faults} {
 		v, err := strconv.ParseInt(f[i+1], 10, 64)
 		if err != nil {
 			b.Fatal(err)
@@ -407,11 +407,12 @@ func (m *sbsMode) round(b *testing.B, n int, measure bool) {
 	}
 }
 
-// perRequest is the proxy's CPU time (µs), allocations, bytes and context
-// switches per measured request.
-func (m *sbsMode) perRequest() (cpu, allocs, bytes, switches float64) {
+// perRequest is the proxy's CPU time (µs), allocations, bytes, context
+// switches and page faults per measured request.
+func (m *sbsMode) perRequest() (cpu, allocs, bytes, switches, faults float64) {
 	n := float64(max(m.requests, 1))
-	return float64(m.total.cpu) / 1e3 / n, float64(m.total.mallocs) / n, float64(m.total.bytes) / n, float64(m.total.switches) / n
+	return float64(m.total.cpu) / 1e3 / n, float64(m.total.mallocs) / n, float64(m.total.bytes) / n,
+		float64(m.total.switches) / n, float64(m.total.faults) / n
 }
 
 // streams sends n requests, k at a time, and returns their TTFTs.
@@ -477,10 +478,10 @@ const sbsRound = 25
 // every second); export=off runs it with OTEL_SDK_DISABLED=true.
 // Reported: each mode's
 // TTFT p50 (median of the rounds') and p99 (over all requests), each
-// proxy process's CPU time, allocations, bytes and context switches per
-// request (all it spent from the first measured round to the end of the
-// last, over the requests it served), and the ratios of llmtrace to
-// reverseproxy.
+// proxy process's CPU time, allocations, bytes, context switches and page
+// faults per request (all it spent from the first measured round to the
+// end of the last, over the requests it served), and the ratios of
+// llmtrace to reverseproxy.
 // The benchmark fails if a stream is not whole or, exporting every trace,
 // the receiver got fewer spans than requests.
 func BenchmarkSideBySide(b *testing.B) {
@@ -593,14 +594,17 @@ func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
 		b.ReportMetric(us(percentile(m.ttft, 99)), m.name+"-ttft-p99-us")
 	}
 	for _, m := range modes[1:] {
-		cpu, allocs, _, _ := m.perRequest()
+		cpu, allocs, _, _, faults := m.perRequest()
 		b.ReportMetric(cpu, m.name+"-cpu-us/req")
 		b.ReportMetric(allocs, m.name+"-allocs/req")
+		// Page faults: memory the process gave back and touched again,
+		// or grew into (a buffer regrown every export showed here first).
+		b.ReportMetric(faults, m.name+"-faults/req")
 	}
 	// The ratio of the totals: the rounds alternate, so a drift in the
 	// machine's speed falls on both.
-	ourCPU, _, _, _ := ours.perRequest()
-	rpCPU, _, _, _ := rp.perRequest()
+	ourCPU, _, _, _, _ := ours.perRequest()
+	rpCPU, _, _, _, _ := rp.perRequest()
 	b.ReportMetric(ourCPU/rpCPU, "cpu-ratio")
 	b.ReportMetric(median(ours.roundP50)-median(rp.roundP50), "ttft-p50-delta-us")
 	b.ReportMetric(us(percentile(ours.ttft, 99)-percentile(rp.ttft, 99)), "ttft-p99-delta-us")
@@ -610,13 +614,13 @@ func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
 	}
 	// Four lines a run: testing keeps ten of a benchmark's, over its runs.
 	b.Logf("%d requests per mode, %d streams at once, rounds of %d; load average %s; spans exported %d, metric exports %d; "+
-		"ttft p50 (median of the rounds), p99 µs; cpu µs, allocations, bytes, context switches per request",
+		"ttft p50 (median of the rounds), p99 µs; cpu µs, allocations, bytes, context switches, page faults per request",
 		len(direct.ttft), direct.streams, sbsRound*direct.streams, load, rec.spans.Load(), rec.metricExports.Load())
 	for _, m := range modes {
 		line := fmt.Sprintf("%-13s %7.0f %7.0f", m.name, median(m.roundP50), us(percentile(m.ttft, 99)))
 		if m.proc != nil {
-			cpu, allocs, bytes, switches := m.perRequest()
-			line += fmt.Sprintf(" %7.0f %5.0f %7.0f %5.1f", cpu, allocs, bytes, switches)
+			cpu, allocs, bytes, switches, faults := m.perRequest()
+			line += fmt.Sprintf(" %7.0f %5.0f %7.0f %5.1f %5.2f", cpu, allocs, bytes, switches, faults)
 			if os.Getenv("OPENAIHTTP_SBS_ROUNDS") != "" {
 				line += fmt.Sprintf(" rounds %.0f", m.roundCPU)
 			}
