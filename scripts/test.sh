@@ -6,7 +6,8 @@
 #    (scripts/build-jaeger.sh; cached under ~/.cache/llmtrace).
 # 2. Exports LLMTRACE_JAEGER_BIN, LLMTRACE_PROMETHEUS_BIN and
 #    LLMTRACE_CHROMIUM_BIN for e2e/testbackend, and builds the llmtrace
-#    Collector distribution for e2e/fleet once (ocb; cached likewise).
+#    Collector distribution for e2e/fleet and the deploy config's collector
+#    for e2e/deploycheck once (ocb; cached likewise).
 # 3. Root module: go vet ./... and go test -race -count=1 ./...
 # 4. Every other Go module in the repo that has tests: go test -count=1 ./...
 # 5. The extra checks listed in EXTRA_CHECKS below.
@@ -160,6 +161,15 @@ say "llmtrace collector: ocb build (cached after the first build)"
 (cd e2e && LLMTRACE_BUILD_COLLECTOR=1 go test -count=1 -timeout=30m -run '^TestDistributionComponents$' ./fleet) \
 	>"$log_dir/otelcol-build.log" 2>&1 ||
 	{ tail -n 50 "$log_dir/otelcol-build.log"; fail "building the llmtrace collector (e2e/fleet)"; }
+
+# The collector of deploy/otel-collector (its own builder config), which
+# e2e/deploycheck validates and runs end to end, built the same way: without
+# it a fresh machine skipped those three tests unless CI was set (about
+# 3 minutes cold, nothing once cached).
+say "deploy collector: ocb build (cached after the first build)"
+(cd e2e && LLMTRACE_BUILD_COLLECTOR=1 go test -count=1 -timeout=30m -run '^TestCollectorValidates$' ./deploycheck) \
+	>"$log_dir/otelcol-deploy-build.log" 2>&1 ||
+	{ tail -n 50 "$log_dir/otelcol-deploy-build.log"; fail "building the deploy collector (e2e/deploycheck)"; }
 
 say "go: $(go version)"
 say "LLMTRACE_JAEGER_BIN=$LLMTRACE_JAEGER_BIN"
