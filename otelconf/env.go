@@ -155,7 +155,7 @@ func otlpProtocol(suffix string) (string, error) {
 		case "grpc", "http/protobuf":
 			return strings.ToLower(v), nil
 		case "http/json":
-			return "", &ConfigError{Name: k, Value: v, Reason: "the Go OTLP exporters speak grpc and http/protobuf only"}
+			return "", &ConfigError{Name: k, Value: v, Reason: "llmtrace sends grpc or http/protobuf only: its span encoder writes protobuf, and the Go OTLP metric exporters have no JSON"}
 		default:
 			return "", &ConfigError{Name: k, Value: v, Reason: "want grpc or http/protobuf"}
 		}
