@@ -107,29 +107,11 @@ func sbsServe(mode, upstream string) error {
 			rp.ServeHTTP(w, r)
 		})
 	case "llmtrace":
-		// As `llmtrace proxy` and the README set it up.
-		prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-proxy"})
+		p, _, shutdown, err := newTracingProxy(ctx, up, transport)
 		if err != nil {
 			return err
 		}
-		tracker, err := otelstats.NewTracker(append(prov.TrackerOptions(), otelstats.WithAutoSweep(time.Second),
-			otelstats.WithModels("toy", openaihttp.UnknownModel))...)
-		if err != nil {
-			return err
-		}
-		opts := []openaihttp.Option{openaihttp.WithTracerProvider(prov.TracerProvider),
-			openaihttp.WithMeterProvider(prov.MeterProvider), openaihttp.WithTransport(transport)}
-		if sp, res, ok := prov.SpanExport(); ok {
-			opts = append(opts, openaihttp.WithSpanProcessor(sp), openaihttp.WithResource(res))
-		}
-		p, err := openaihttp.NewProxy(up, tracker, opts...)
-		if err != nil {
-			return err
-		}
-		h = p
-		stop = func() error {
-			return errors.Join(tracker.Shutdown(ctx), prov.Shutdown(ctx))
-		}
+		h, stop = p, shutdown
 	default:
 		return fmt.Errorf("unknown mode %q", mode)
 	}
@@ -169,6 +151,32 @@ func sbsServe(mode, upstream string) error {
 	err = stop()
 	fmt.Println("exported")
 	return err
+}
+
+// newTracingProxy is the llmtrace proxy as `llmtrace proxy` and the README
+// set it up, configured from the environment; stop shuts its tracker and
+// providers down, exporting what they hold.
+func newTracingProxy(ctx context.Context, up *url.URL, transport http.RoundTripper) (*openaihttp.Proxy, *otelconf.Providers, func() error, error) {
+	prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-proxy"})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tracker, err := otelstats.NewTracker(append(prov.TrackerOptions(), otelstats.WithAutoSweep(time.Second),
+		otelstats.WithModels("toy", openaihttp.UnknownModel))...)
+	if err != nil {
+		return nil, nil, nil, errors.Join(err, prov.Shutdown(ctx))
+	}
+	stop := func() error { return errors.Join(tracker.Shutdown(ctx), prov.Shutdown(ctx)) }
+	opts := []openaihttp.Option{openaihttp.WithTracerProvider(prov.TracerProvider),
+		openaihttp.WithMeterProvider(prov.MeterProvider), openaihttp.WithTransport(transport)}
+	if sp, res, ok := prov.SpanExport(); ok {
+		opts = append(opts, openaihttp.WithSpanProcessor(sp), openaihttp.WithResource(res))
+	}
+	p, err := openaihttp.NewProxy(up, tracker, opts...)
+	if err != nil {
+		return nil, nil, nil, errors.Join(err, stop())
+	}
+	return p, prov, stop, nil
 }
 
 // sbsStats is the process's CPU time (user + system, ns), allocations,
@@ -626,5 +634,54 @@ func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
 			}
 		}
 		b.Log(line)
+	}
+}
+
+// BenchmarkMetricExport is one collection and OTLP/HTTP export of the
+// metrics a proxy holds after 50 streamed requests (the serving and HTTP
+// metrics, cumulative), to a receiver in this process, with warm caches:
+// the side-by-side exports them every second, and an idle proxy spends
+// several times this per export (BENCHMARKS.md, "What a proxy costs doing
+// nothing"). The benchmark fails if an export does not reach the receiver.
+func BenchmarkMetricExport(b *testing.B) {
+	upstream := httptest.NewServer(toyserver.New(toyserver.Config{
+		Models: []string{"toy"}, Slots: 64, TokenDelay: time.Microsecond, PrefillBase: time.Microsecond, Jitter: -1,
+	}))
+	defer upstream.Close()
+	rec := &otlpReceiver{}
+	receiver := httptest.NewServer(rec)
+	defer receiver.Close()
+	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)
+	b.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	b.Setenv("OTEL_METRIC_EXPORT_INTERVAL", "3600000") // only the benchmark's exports
+	up, _ := url.Parse(upstream.URL)
+	ctx := context.Background()
+	p, prov, stop, err := newTracingProxy(ctx, up, openaihttp.NewTransport(openaihttp.TransportConfig{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	proxy := httptest.NewServer(p)
+	defer func() {
+		proxy.Close()
+		if err := stop(); err != nil {
+			b.Error(err)
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	for range 50 {
+		if _, err := streamOnce(client, proxy.URL); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before := rec.metricExports.Load()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := prov.MeterProvider.ForceFlush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if got := rec.metricExports.Load() - before; got < int64(b.N) {
+		b.Fatalf("the receiver got %d metric exports of %d", got, b.N)
 	}
 }
