@@ -27,6 +27,13 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/contrib/exporters/autoexport"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
@@ -40,7 +47,9 @@ import (
 // httputil.ReverseProxy"): streamed chat completions of 16 tokens from the
 // toy server of examples/httpserver, over loopback TCP, alternating between
 // a direct connection, httputil.ReverseProxy flushing every write (what a
-// user would put there instead) and openaihttp's Proxy. Each proxy runs in
+// user would put there instead), the same ReverseProxy in otelhttp's
+// handler and transport exporting through the SDK (the naive OpenTelemetry
+// twin) and openaihttp's Proxy. Each proxy runs in
 // a process of its own — this test binary again, started by the benchmark —
 // so that its CPU time (getrusage) and allocations are its own, not the
 // client's, the upstream's or the OTLP receiver's.
@@ -49,7 +58,7 @@ import (
 
 // Environment of a proxy process started by the benchmark.
 const (
-	sbsModeEnv     = "OPENAIHTTP_SBS_PROXY"    // "reverseproxy" or "llmtrace"
+	sbsModeEnv     = "OPENAIHTTP_SBS_PROXY"    // "reverseproxy", "otelhttp" or "llmtrace"
 	sbsUpstreamEnv = "OPENAIHTTP_SBS_UPSTREAM" // the toy server's URL
 	// sbsProfileEnv, when set in the benchmark's environment, makes each
 	// llmtrace proxy process write a CPU profile to this path (suffixed
@@ -93,19 +102,12 @@ func sbsServe(mode, upstream string) error {
 	stop := func() error { return nil }
 	switch mode {
 	case "reverseproxy":
-		rp := httputil.NewSingleHostReverseProxy(up)
-		rp.FlushInterval = -1
-		rp.Transport = transport
-		// Without full duplex an HTTP/1 server closes the request body once
-		// the response begins, and the transport, still reading it for the
-		// upstream (which may answer before it read the body's end, as
-		// the toy server does), fails the connection under the response:
-		// about one stream in a hundred is cut short. openaihttp's Proxy
-		// does the same.
-		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_ = http.NewResponseController(w).EnableFullDuplex()
-			rp.ServeHTTP(w, r)
-		})
+		h = reverseProxy(up, transport)
+	case "otelhttp":
+		var err error
+		if h, stop, err = newOtelhttpProxy(ctx, up, transport); err != nil {
+			return err
+		}
 	case "llmtrace":
 		p, _, shutdown, err := newTracingProxy(ctx, up, transport)
 		if err != nil {
@@ -151,6 +153,53 @@ func sbsServe(mode, upstream string) error {
 	err = stop()
 	fmt.Println("exported")
 	return err
+}
+
+// reverseProxy is httputil.ReverseProxy as a user would put it before a
+// streaming server: flushing every write.
+func reverseProxy(up *url.URL, transport http.RoundTripper) http.Handler {
+	rp := httputil.NewSingleHostReverseProxy(up)
+	rp.FlushInterval = -1
+	rp.Transport = transport
+	// Without full duplex an HTTP/1 server closes the request body once
+	// the response begins, and the transport, still reading it for the
+	// upstream (which may answer before it read the body's end, as the toy
+	// server does), fails the connection under the response: about one
+	// stream in a hundred is cut short. openaihttp's Proxy does the same.
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	})
+}
+
+// newOtelhttpProxy is the naive OpenTelemetry twin: the same ReverseProxy
+// in otelhttp's handler and transport (a server and a client span and the
+// HTTP duration metrics a request), with the SDK set up from the
+// environment as its documentation shows — autoexport's exporter behind the
+// SDK's batch span processor, its metric reader — and so the SDK's OTLP
+// encoding. With OTEL_SDK_DISABLED=true otelhttp runs on the no-op
+// providers.
+func newOtelhttpProxy(ctx context.Context, up *url.URL, transport http.RoundTripper) (http.Handler, func() error, error) {
+	var opts []otelhttp.Option
+	stop := func() error { return nil }
+	if os.Getenv("OTEL_SDK_DISABLED") != "true" {
+		exp, err := autoexport.NewSpanExporter(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		reader, err := autoexport.NewMetricReader(ctx)
+		if err != nil {
+			return nil, nil, errors.Join(err, exp.Shutdown(ctx))
+		}
+		res := resource.NewSchemaless(attribute.String("service.name", "otelhttp-proxy"))
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader), sdkmetric.WithResource(res))
+		opts = []otelhttp.Option{otelhttp.WithTracerProvider(tp), otelhttp.WithMeterProvider(mp),
+			otelhttp.WithPropagators(propagation.TraceContext{})}
+		stop = func() error { return errors.Join(tp.Shutdown(ctx), mp.Shutdown(ctx)) }
+	}
+	rp := reverseProxy(up, otelhttp.NewTransport(transport, opts...))
+	return otelhttp.NewHandler(rp, "proxy", opts...), stop, nil
 }
 
 // newTracingProxy is the llmtrace proxy as `llmtrace proxy` and the README
@@ -376,6 +425,7 @@ type sbsMode struct {
 	name    string
 	base    string
 	proc    *sbsProcess // nil: direct
+	rec     *otlpReceiver
 	client  *http.Client
 	streams int // requests at once
 
@@ -472,26 +522,27 @@ func median(xs []float64) float64 {
 }
 
 // sbsRound is how many requests per stream each mode sends before the
-// next takes over: short enough that all three see the same machine.
+// next takes over: short enough that all four see the same machine.
 const sbsRound = 25
 
 // BenchmarkSideBySide: b.N streamed requests through each of direct,
-// reverseproxy and llmtrace, in alternating rounds (each mode first in
-// turn). streams=1 sends them one at a time, for the latency a proxy adds;
+// reverseproxy, otelhttp and llmtrace, in alternating rounds (each mode
+// first in turn). streams=1 sends them one at a time, for the latency a proxy adds;
 // streams=4 keeps four open at once, as an engine's batch does (one
 // stream at a time, a proxy's CPU goes mostly to waking up), and
 // streams=16 sixteen, a busier proxy whose code stays in the CPU's caches
-// between requests. export=otlp has the llmtrace proxy export traces and
-// metrics over OTLP/HTTP to a receiver in the benchmark's process (metrics
-// every second); export=off runs it with OTEL_SDK_DISABLED=true.
+// between requests. export=otlp has the two tracing proxies export traces
+// and metrics over OTLP/HTTP to receivers in the benchmark's process
+// (metrics every second); export=off runs them with OTEL_SDK_DISABLED=true.
 // Reported: each mode's
 // TTFT p50 (median of the rounds') and p99 (over all requests), each
 // proxy process's CPU time, allocations, bytes, context switches and page
 // faults per request (all it spent from the first measured round to the
 // end of the last, over the requests it served), and the ratios of
-// llmtrace to reverseproxy.
+// llmtrace (cpu-ratio) and of otelhttp (otelhttp-cpu-ratio) to
+// reverseproxy.
 // The benchmark fails if a stream is not whole or, exporting every trace,
-// the receiver got fewer spans than requests.
+// a tracing proxy's receiver got fewer spans than requests.
 func BenchmarkSideBySide(b *testing.B) {
 	for _, streams := range []int{1, 4, 16} {
 		for _, export := range []string{"otlp", "off"} {
@@ -506,18 +557,19 @@ func sideBySide(b *testing.B, streams int, export string) {
 		PrefillBase: time.Millisecond, PrefillPerToken: time.Microsecond, Jitter: -1,
 	}))
 	defer upstream.Close()
-	rec := &otlpReceiver{}
-	receiver := httptest.NewServer(rec)
-	defer receiver.Close()
-	rp := startSBSProcess(b, "reverseproxy", upstream.URL, sbsChildEnv("reverseproxy", export, receiver.URL))
-	ours := startSBSProcess(b, "llmtrace", upstream.URL, sbsChildEnv("llmtrace", export, receiver.URL))
 	newClient := func() *http.Client {
 		return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: streams, DisableCompression: true}}
 	}
-	modes := []*sbsMode{
-		{name: "direct", base: upstream.URL, client: newClient(), streams: streams},
-		{name: "reverseproxy", base: "http://" + rp.addr, proc: rp, client: newClient(), streams: streams},
-		{name: "llmtrace", base: "http://" + ours.addr, proc: ours, client: newClient(), streams: streams},
+	modes := []*sbsMode{{name: "direct", base: upstream.URL, client: newClient(), streams: streams}}
+	// Each tracing proxy exports to a receiver of its own, so each count
+	// is its own.
+	for _, name := range []string{"reverseproxy", "otelhttp", "llmtrace"} {
+		m := &sbsMode{name: name, client: newClient(), streams: streams, rec: &otlpReceiver{}}
+		receiver := httptest.NewServer(m.rec)
+		defer receiver.Close()
+		m.proc = startSBSProcess(b, name, upstream.URL, sbsChildEnv(name, export, receiver.URL))
+		m.base = "http://" + m.proc.addr
+		modes = append(modes, m)
 	}
 	// Warm up: connections open, caches and the GC's pacing settled.
 	for _, m := range modes {
@@ -539,17 +591,19 @@ func sideBySide(b *testing.B, streams int, export string) {
 	}
 	b.StopTimer()
 	for i, m := range modes {
-		if m.proc != nil {
-			m.total, m.requests = m.proc.sample(b).sub(start[i]), b.N
-		}
 		m.client.CloseIdleConnections()
+		if m.proc == nil {
+			continue
+		}
+		m.total, m.requests = m.proc.sample(b).sub(start[i]), b.N
+		m.proc.stop(b)
+		// Every request's trace, once the process has shut down: the
+		// server span at least.
+		if export == "otlp" && m.name != "reverseproxy" && everyTraceKept(sbsExtraEnv()) && m.rec.spans.Load() < int64(b.N) {
+			b.Fatalf("%s: the receiver got %d spans for %d requests", m.name, m.rec.spans.Load(), b.N)
+		}
 	}
-	rp.stop(b)
-	ours.stop(b)
-	if export == "otlp" && everyTraceKept(sbsExtraEnv()) && rec.spans.Load() < int64(b.N) {
-		b.Fatalf("the receiver got %d spans for %d requests", rec.spans.Load(), b.N)
-	}
-	sbsReport(b, modes, rec)
+	sbsReport(b, modes)
 }
 
 // sbsExtraEnv is OPENAIHTTP_SBS_ENV's VAR=value settings (a value cannot
@@ -576,7 +630,8 @@ func everyTraceKept(extra []string) bool {
 
 // sbsChildEnv is a proxy process's environment beside the benchmark's:
 // the export, and the profiles and settings the benchmark's own
-// environment asks for.
+// environment asks for. The two tracing proxies get the same settings
+// (otelhttp ignores the LLMTRACE_ ones).
 func sbsChildEnv(mode, export, receiver string) []string {
 	var env []string
 	for _, name := range []string{sbsProfileEnv, sbsMemProfileEnv} {
@@ -584,7 +639,7 @@ func sbsChildEnv(mode, export, receiver string) []string {
 			env = append(env, name+"="+path+"."+export+"."+mode)
 		}
 	}
-	if mode != "llmtrace" {
+	if mode == "reverseproxy" {
 		return env
 	}
 	if export == "off" {
@@ -595,8 +650,8 @@ func sbsChildEnv(mode, export, receiver string) []string {
 	return append(env, sbsExtraEnv()...)
 }
 
-func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
-	direct, rp, ours := modes[0], modes[1], modes[2]
+func sbsReport(b *testing.B, modes []*sbsMode) {
+	direct, rp, naive, ours := modes[0], modes[1], modes[2], modes[3]
 	for _, m := range modes {
 		b.ReportMetric(median(m.roundP50), m.name+"-ttft-p50-us")
 		b.ReportMetric(us(percentile(m.ttft, 99)), m.name+"-ttft-p99-us")
@@ -609,26 +664,35 @@ func sbsReport(b *testing.B, modes []*sbsMode, rec *otlpReceiver) {
 		// or grew into (a buffer regrown every export showed here first).
 		b.ReportMetric(faults, m.name+"-faults/req")
 	}
-	// The ratio of the totals: the rounds alternate, so a drift in the
-	// machine's speed falls on both.
-	ourCPU, _, _, _, _ := ours.perRequest()
+	// The ratios of the totals: the rounds alternate, so a drift in the
+	// machine's speed falls on all of them.
 	rpCPU, _, _, _, _ := rp.perRequest()
-	b.ReportMetric(ourCPU/rpCPU, "cpu-ratio")
-	b.ReportMetric(median(ours.roundP50)-median(rp.roundP50), "ttft-p50-delta-us")
-	b.ReportMetric(us(percentile(ours.ttft, 99)-percentile(rp.ttft, 99)), "ttft-p99-delta-us")
+	for _, m := range []*sbsMode{naive, ours} {
+		prefix := ""
+		if m != ours {
+			prefix = m.name + "-"
+		}
+		cpu, _, _, _, _ := m.perRequest()
+		b.ReportMetric(cpu/rpCPU, prefix+"cpu-ratio")
+		b.ReportMetric(median(m.roundP50)-median(rp.roundP50), prefix+"ttft-p50-delta-us")
+		b.ReportMetric(us(percentile(m.ttft, 99)-percentile(rp.ttft, 99)), prefix+"ttft-p99-delta-us")
+	}
 	var load string
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		load = strings.Join(strings.Fields(string(la))[:3], " ")
 	}
 	// Four lines a run: testing keeps ten of a benchmark's, over its runs.
-	b.Logf("%d requests per mode, %d streams at once, rounds of %d; load average %s; spans exported %d, metric exports %d; "+
-		"ttft p50 (median of the rounds), p99 µs; cpu µs, allocations, bytes, context switches, page faults per request",
-		len(direct.ttft), direct.streams, sbsRound*direct.streams, load, rec.spans.Load(), rec.metricExports.Load())
+	b.Logf("%d requests per mode, %d streams at once, rounds of %d; load average %s; "+
+		"ttft p50 (median of the rounds), p99 µs; cpu µs, allocations, bytes, context switches, page faults per request; spans and metric exports",
+		len(direct.ttft), direct.streams, sbsRound*direct.streams, load)
 	for _, m := range modes {
 		line := fmt.Sprintf("%-13s %7.0f %7.0f", m.name, median(m.roundP50), us(percentile(m.ttft, 99)))
 		if m.proc != nil {
 			cpu, allocs, bytes, switches, faults := m.perRequest()
 			line += fmt.Sprintf(" %7.0f %5.0f %7.0f %5.1f %5.2f", cpu, allocs, bytes, switches, faults)
+			if m.name != "reverseproxy" {
+				line += fmt.Sprintf(" %6d %3d", m.rec.spans.Load(), m.rec.metricExports.Load())
+			}
 			if os.Getenv("OPENAIHTTP_SBS_ROUNDS") != "" {
 				line += fmt.Sprintf(" rounds %.0f", m.roundCPU)
 			}
