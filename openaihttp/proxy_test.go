@@ -48,8 +48,15 @@ type harness struct {
 // set) mounted under a mux of the test's own.
 func newHarness(t *testing.T, upstream http.Handler, popts []openaihttp.Option, opts ...otelstats.Option) *harness {
 	t.Helper()
+	return newHarnessTP(t, nil, upstream, popts, opts...)
+}
+
+// newHarnessTP is newHarness with more TracerProvider options (a sampler).
+func newHarnessTP(t *testing.T, tpOpts []sdktrace.TracerProviderOption, upstream http.Handler, popts []openaihttp.Option, opts ...otelstats.Option) *harness {
+	t.Helper()
 	h := &harness{t: t, rec: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(h.rec), sdktrace.WithIDGenerator(spans.IDGenerator()))
+	tp := sdktrace.NewTracerProvider(append([]sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(h.rec),
+		sdktrace.WithIDGenerator(spans.IDGenerator())}, tpOpts...)...)
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(h.reader))
 	h.tp, h.mp = tp, mp
 	h.up = httptest.NewServer(upstream)
@@ -797,5 +804,73 @@ func TestProxyLongStreamGoesLive(t *testing.T) {
 	s := h.waitStats(1)[0]
 	if s.NumOutputTokens != n || s.NumPromptTokens.N != 21 || s.FinishReason != "length" || len(s.OutputTokenLatencies) != n-1 {
 		t.Errorf("stats: %d output, prompt %+v, %s, %d gaps", s.NumOutputTokens, s.NumPromptTokens, s.FinishReason, len(s.OutputTokenLatencies))
+	}
+}
+
+// TestProxyHeadSamplerKeepsTracesWhole: with the SDK's own sampler deciding
+// (OTEL_TRACES_SAMPLER, which takes the spans through the Tracer), a trace
+// is kept or dropped whole: the proxy's own spans join only roots the
+// sampler kept, never a root it dropped, and RequestStats.Sampled says
+// which traces were kept.
+func TestProxyHeadSamplerKeepsTracesWhole(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		sseWrite(w, chunk(map[string]any{"content": "a"}, nil))
+		sseWrite(w, chunk(map[string]any{"content": "b"}, "stop"))
+		sseWrite(w, "[DONE]")
+	})
+	for _, tc := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+		n       int
+	}{
+		{"never", sdktrace.ParentBased(sdktrace.NeverSample()), 8},
+		{"ratio", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.5)), 40},
+		{"always", sdktrace.AlwaysSample(), 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessTP(t, []sdktrace.TracerProviderOption{sdktrace.WithSampler(tc.sampler)}, up, nil)
+			for range tc.n {
+				// Read to the end: the body ends when the handler returns,
+				// after the request's spans were handed over.
+				resp := h.post(context.Background(), "/v1/chat/completions", proxyChatBody)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			kept := map[string]bool{}
+			for _, s := range h.waitStats(tc.n) {
+				if s.Sampled {
+					kept[s.TraceID] = true
+				}
+			}
+			spansIn, roots := map[string]int{}, map[string]bool{}
+			for _, s := range h.rec.Ended() {
+				id := s.SpanContext().TraceID().String()
+				spansIn[id]++
+				if !s.Parent().IsValid() {
+					roots[id] = true
+				}
+			}
+			for id, n := range spansIn {
+				if !roots[id] {
+					t.Errorf("trace %s: %d spans without their root, which the sampler dropped", id, n)
+				}
+				if !kept[id] {
+					t.Errorf("trace %s exported, but its RequestStats say it was dropped", id)
+				}
+			}
+			for id := range kept {
+				if len(h.spansOf(id)[openaihttp.SpanWaitFirstToken]) != 1 {
+					t.Errorf("kept trace %s lacks the proxy's spans", id)
+				}
+			}
+			// 40 requests at one half: all or none kept has odds of 2^-39.
+			want := map[string]bool{"never": len(kept) == 0, "always": len(kept) == tc.n,
+				"ratio": len(kept) > 0 && len(kept) < tc.n}
+			if !want[tc.name] {
+				t.Errorf("%d of %d traces kept by %s", len(kept), tc.n, tc.sampler.Description())
+			}
+		})
 	}
 }

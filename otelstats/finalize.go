@@ -80,8 +80,12 @@ func (t *Tracker) finalize(r *reqState, override string) {
 		spans.Build(&tb.tl, &tb.tree)
 		if t.cfg.sp != nil {
 			sc = tb.tree.Export(t.cfg.sp, t.src)
-		} else {
-			sc = tb.tree.Emit(context.Background(), t.tracer)
+		} else if sc = tb.tree.Emit(context.Background(), t.tracer); !sc.IsSampled() {
+			// The SDK's sampler (OTEL_TRACES_SAMPLER) dropped the root, so
+			// the trace is not kept: say so, or a layer adding spans of its
+			// own to kept traces (openaihttp's proxy) would export them
+			// under a root that never reaches the backend.
+			s.Sampled, s.SamplingReason = false, NotSampled
 		}
 		if tb.tree.Clamped > 0 {
 			s.ClampedSpans = tb.tree.Clamped

@@ -54,7 +54,8 @@ const (
 	SampledSlowTPOT  = "slow_tpot"
 	SampledSlowE2E   = "slow_e2e"
 	SampledRatio     = "ratio"
-	// NotSampled is the reason of a dropped trace (seen in RequestStats).
+	// NotSampled is the reason of a dropped trace (seen in RequestStats):
+	// dropped by the policy, or by the SDK's sampler on the Tracer path.
 	NotSampled = "dropped"
 	// NotTraced is the reason of every request of a tracker that builds
 	// no traces (WithTraces(false)).

@@ -111,7 +111,8 @@ type RequestStats struct {
 	// ClampedSpans counts spans clamped into the root because of skew.
 	ClampedSpans int
 	// Sampled says whether the trace was kept, SamplingReason why (see
-	// SamplingPolicy).
+	// SamplingPolicy): false when the policy dropped it or, on the Tracer
+	// path, the TracerProvider's sampler dropped its root.
 	Sampled        bool
 	SamplingReason string
 }

@@ -27,6 +27,13 @@ func TestUnsampled(t *testing.T) {
 			if len(h.stats) != len(scenarios) {
 				t.Fatalf("%d requests finished, want %d", len(h.stats), len(scenarios))
 			}
+			// The sampler's decision is the trace's: a hook adding spans to
+			// kept traces must not see these as kept.
+			for _, s := range h.stats {
+				if s.Sampled || s.SamplingReason != NotSampled {
+					t.Errorf("%s: Sampled %v, reason %q; want false, %q", s.RequestID, s.Sampled, s.SamplingReason, NotSampled)
+				}
+			}
 			// Expected totals, summed from the scenarios' hand-computed stats.
 			var (
 				nTTFT, nTPOT, nQueue, nPrefill, nDecode, nInf, nITL       uint64
