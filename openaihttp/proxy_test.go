@@ -874,3 +874,51 @@ func TestProxyHeadSamplerKeepsTracesWhole(t *testing.T) {
 		})
 	}
 }
+
+// TestProxyHeadSamplerAndIncomingParent: what the SDK's sampler makes of a
+// request that came with a traceparent (README, OTEL_TRACES_SAMPLER). An
+// untrusted caller's flag decides nothing, so a parent-based sampler sees
+// a sampled parent and keeps the trace; traceidratio decides by the trace
+// id, parent or not; a trusted caller's flag decides.
+func TestProxyHeadSamplerAndIncomingParent(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		sseWrite(w, chunk(map[string]any{"content": "a"}, "stop"))
+		sseWrite(w, "[DONE]")
+	})
+	const (
+		sampled    = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		notSampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+	)
+	for _, tc := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+		trust   bool
+		parent  string
+		kept    bool
+	}{
+		{"parent-based, untrusted, not sampled", sdktrace.ParentBased(sdktrace.NeverSample()), false, notSampled, true},
+		{"parent-based, no parent", sdktrace.ParentBased(sdktrace.NeverSample()), false, "", false},
+		{"trace id ratio 0, untrusted, sampled", sdktrace.TraceIDRatioBased(0), false, sampled, false},
+		{"trace id ratio 1, untrusted, not sampled", sdktrace.TraceIDRatioBased(1), false, notSampled, true},
+		{"parent-based, trusted, not sampled", sdktrace.ParentBased(sdktrace.AlwaysSample()), true, notSampled, false},
+		{"parent-based, trusted, sampled", sdktrace.ParentBased(sdktrace.NeverSample()), true, sampled, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessTP(t, []sdktrace.TracerProviderOption{sdktrace.WithSampler(tc.sampler)}, up,
+				[]openaihttp.Option{openaihttp.WithTrustIncomingSampling(tc.trust)})
+			var hdr []string
+			if tc.parent != "" {
+				hdr = []string{"traceparent", tc.parent}
+			}
+			resp := h.post(context.Background(), "/v1/chat/completions", proxyChatBody, hdr...)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			s := h.waitStats(1)[0]
+			if n := len(h.rec.Ended()); s.Sampled != tc.kept || (n > 0) != tc.kept {
+				t.Errorf("Sampled %v (%s), %d spans; want kept %v", s.Sampled, s.SamplingReason, n, tc.kept)
+			}
+		})
+	}
+}
