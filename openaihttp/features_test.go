@@ -570,13 +570,7 @@ func TestProxySlowBodyIs408(t *testing.T) {
 // prompt from the body as it streams upstream, the completion from the
 // stream.
 func TestProxyContentCapture(t *testing.T) {
-	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		sseWrite(w, chunk(map[string]any{"content": "SECRET-"}, nil))
-		sseWrite(w, chunk(map[string]any{"content": "OUT"}, "stop"))
-		sseWrite(w, "[DONE]")
-	})
+	up := streamOf("SECRET-", "OUT")
 	body := `{"messages":[{"role":"user","content":"SECRET-IN"}],"model":"m","stream":true}`
 	for _, c := range []struct {
 		name    string

@@ -95,6 +95,23 @@ func newHarnessTP(t *testing.T, tpOpts []sdktrace.TracerProviderOption, upstream
 	return h
 }
 
+// streamOf is an upstream that reads the request's body and streams one
+// content chunk per token, the last finishing with "stop", then [DONE].
+func streamOf(tokens ...string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i, tok := range tokens {
+			var fin any
+			if i == len(tokens)-1 {
+				fin = "stop"
+			}
+			sseWrite(w, chunk(map[string]any{"content": tok}, fin))
+		}
+		sseWrite(w, "[DONE]")
+	})
+}
+
 // waitStats waits for n finished requests.
 func (h *harness) waitStats(n int) []otelstats.RequestStats {
 	h.t.Helper()
@@ -813,13 +830,7 @@ func TestProxyLongStreamGoesLive(t *testing.T) {
 // sampler kept, never a root it dropped, and RequestStats.Sampled says
 // which traces were kept.
 func TestProxyHeadSamplerKeepsTracesWhole(t *testing.T) {
-	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		sseWrite(w, chunk(map[string]any{"content": "a"}, nil))
-		sseWrite(w, chunk(map[string]any{"content": "b"}, "stop"))
-		sseWrite(w, "[DONE]")
-	})
+	up := streamOf("a", "b")
 	for _, tc := range []struct {
 		name    string
 		sampler sdktrace.Sampler
@@ -881,12 +892,7 @@ func TestProxyHeadSamplerKeepsTracesWhole(t *testing.T) {
 // a sampled parent and keeps the trace; traceidratio decides by the trace
 // id, parent or not; a trusted caller's flag decides.
 func TestProxyHeadSamplerAndIncomingParent(t *testing.T) {
-	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		sseWrite(w, chunk(map[string]any{"content": "a"}, "stop"))
-		sseWrite(w, "[DONE]")
-	})
+	up := streamOf("a")
 	const (
 		sampled    = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 		notSampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
