@@ -55,7 +55,8 @@ const (
 	SampledSlowE2E   = "slow_e2e"
 	SampledRatio     = "ratio"
 	// NotSampled is the reason of a dropped trace (seen in RequestStats):
-	// dropped by the policy, or by the SDK's sampler on the Tracer path.
+	// dropped by the policy or, on the Tracer path, not sampled by the
+	// TracerProvider (its sampler, a no-op provider, one shut down).
 	NotSampled = "dropped"
 	// NotTraced is the reason of every request of a tracker that builds
 	// no traces (WithTraces(false)).

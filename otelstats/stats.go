@@ -112,7 +112,8 @@ type RequestStats struct {
 	ClampedSpans int
 	// Sampled says whether the trace was kept, SamplingReason why (see
 	// SamplingPolicy): false when the policy dropped it or, on the Tracer
-	// path, the TracerProvider's sampler dropped its root.
+	// path, the TracerProvider did not sample its root (its sampler dropped
+	// it, or the provider is a no-op or shut down).
 	Sampled        bool
 	SamplingReason string
 }
