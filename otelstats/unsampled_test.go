@@ -1,9 +1,13 @@
 package otelstats
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/llmtrace/llmtrace/attributes"
 )
@@ -87,6 +91,34 @@ func TestUnsampled(t *testing.T) {
 			// pre-abort are preempted once, two-pre twice.
 			if nTTFT != n-2 || pre != 6 {
 				t.Errorf("scenario table changed: %d with TTFT, %d preemptions", nTTFT, pre)
+			}
+		})
+	}
+}
+
+// TestNotRecordingProvider: a TracerProvider that samples no root — a
+// no-op one, or one shut down — keeps no trace, and RequestStats say so.
+func TestNotRecordingProvider(t *testing.T) {
+	shut := sdktrace.NewTracerProvider()
+	_ = shut.Shutdown(context.Background())
+	for name, tp := range map[string]trace.TracerProvider{"no-op": noop.NewTracerProvider(), "shut down": shut} {
+		t.Run(name, func(t *testing.T) {
+			var got []RequestStats
+			tr, err := NewTracker(WithTracerProvider(tp), WithOnFinish(func(s *RequestStats) { got = append(got, *s) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Shutdown(context.Background())
+			t0 := time.Now()
+			q, err := tr.Arrive(context.Background(), "r", Arrival{Time: t0, Model: "m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Finish(t0.Add(time.Millisecond), FinishStop); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0].Sampled || got[0].SamplingReason != NotSampled {
+				t.Fatalf("stats %+v; want one, not sampled, reason %q", got, NotSampled)
 			}
 		})
 	}
