@@ -424,8 +424,8 @@ func streamOnce(client *http.Client, base string) (time.Duration, error) {
 type sbsMode struct {
 	name    string
 	base    string
-	proc    *sbsProcess // nil: direct
-	rec     *otlpReceiver
+	proc    *sbsProcess   // nil: direct
+	rec     *otlpReceiver // what a tracing proxy exported; nil for the others
 	client  *http.Client
 	streams int // requests at once
 
@@ -561,13 +561,18 @@ func sideBySide(b *testing.B, streams int, export string) {
 		return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: streams, DisableCompression: true}}
 	}
 	modes := []*sbsMode{{name: "direct", base: upstream.URL, client: newClient(), streams: streams}}
-	// Each tracing proxy exports to a receiver of its own, so each count
-	// is its own.
 	for _, name := range []string{"reverseproxy", "otelhttp", "llmtrace"} {
-		m := &sbsMode{name: name, client: newClient(), streams: streams, rec: &otlpReceiver{}}
-		receiver := httptest.NewServer(m.rec)
-		defer receiver.Close()
-		m.proc = startSBSProcess(b, name, upstream.URL, sbsChildEnv(name, export, receiver.URL))
+		m := &sbsMode{name: name, client: newClient(), streams: streams}
+		var receiverURL string
+		if name != "reverseproxy" {
+			// Each tracing proxy exports to a receiver of its own, so each
+			// count is its own.
+			m.rec = &otlpReceiver{}
+			receiver := httptest.NewServer(m.rec)
+			defer receiver.Close()
+			receiverURL = receiver.URL
+		}
+		m.proc = startSBSProcess(b, name, upstream.URL, sbsChildEnv(name, export, receiverURL))
 		m.base = "http://" + m.proc.addr
 		modes = append(modes, m)
 	}
@@ -599,7 +604,7 @@ func sideBySide(b *testing.B, streams int, export string) {
 		m.proc.stop(b)
 		// Every request's trace, once the process has shut down: the
 		// server span at least.
-		if export == "otlp" && m.name != "reverseproxy" && everyTraceKept(sbsExtraEnv()) && m.rec.spans.Load() < int64(b.N) {
+		if export == "otlp" && m.rec != nil && everyTraceKept(sbsExtraEnv()) && m.rec.spans.Load() < int64(b.N) {
 			b.Fatalf("%s: the receiver got %d spans for %d requests", m.name, m.rec.spans.Load(), b.N)
 		}
 	}
@@ -690,7 +695,7 @@ func sbsReport(b *testing.B, modes []*sbsMode) {
 		if m.proc != nil {
 			cpu, allocs, bytes, switches, faults := m.perRequest()
 			line += fmt.Sprintf(" %7.0f %5.0f %7.0f %5.1f %5.2f", cpu, allocs, bytes, switches, faults)
-			if m.name != "reverseproxy" {
+			if m.rec != nil {
 				line += fmt.Sprintf(" %6d %3d", m.rec.spans.Load(), m.rec.metricExports.Load())
 			}
 			if os.Getenv("OPENAIHTTP_SBS_ROUNDS") != "" {
