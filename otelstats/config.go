@@ -62,6 +62,7 @@ type config struct {
 	pdRole         string
 
 	sampling    *SamplingPolicy
+	head        sdktrace.Sampler
 	trustParent bool
 	detail      Detail
 	agg         *Aggregator
@@ -116,8 +117,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // a preempted request take four allocations instead of about eighty.
 //
 // What the Tracer would add and this path does not: the TracerProvider's
-// sampler (the tracker's own end-of-request sampling, WithSampling, decides;
-// OTEL_TRACES_SAMPLER does not apply), its span limits (the tracker's trees
+// sampler (the tracker's own samplers decide: WithHeadSampler at arrival,
+// WithSampling at the end), its span limits (the tracker's trees
 // are bounded anyway) and the processors' OnStart (the spans were never
 // live). The spans report the resource set by WithResource. With sp nil
 // (the default) trees go through the TracerProvider.

@@ -70,6 +70,14 @@ func (t *Tracker) finalize(r *reqState, override string) {
 	if !t.cfg.noTraces {
 		trusted := r.trusted && parent.IsValid()
 		keep, why = t.sampler.decide(s, r.traceID, parent.IsSampled(), trusted)
+		switch {
+		case r.headDropped:
+			// Decided at arrival, and told downstream: the policy (which
+			// ran for its percentiles) cannot take it back.
+			keep, why = false, NotSampled
+		case why == SampledAll && t.cfg.head != nil:
+			why = SampledHead
+		}
 	}
 	s.Sampled, s.SamplingReason = keep, why
 
@@ -439,6 +447,16 @@ func spanContextOf(r *reqState) trace.SpanContext {
 	return trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID:    r.traceID,
 		SpanID:     r.spanID,
-		TraceFlags: trace.FlagsSampled,
+		TraceFlags: headFlags(r.headDropped),
 	})
+}
+
+// headFlags are the flags of a root's span context: sampled unless the
+// head sampler dropped the trace (the end-of-request policy decides later
+// than anyone downstream can be told).
+func headFlags(dropped bool) trace.TraceFlags {
+	if dropped {
+		return 0
+	}
+	return trace.FlagsSampled
 }

@@ -30,6 +30,9 @@ type Arrival struct {
 	// sends the traceparent upstream before the body has told it the
 	// model Arrive needs.
 	TraceID trace.TraceID
+	// Head is the head sampler's decision when the caller asked for it
+	// before arriving (Tracker.HeadSample); HeadUndecided has Arrive ask.
+	Head HeadDecision
 	// OnFinish, when set, is called with the request's stats once it has
 	// finished, after the tracker's WithOnFinish hooks and on the same
 	// goroutine: the caller of the FINISHED that completed it, or the
@@ -114,11 +117,15 @@ func (q *Request) Context(ctx context.Context) context.Context {
 // SetAttributes adds attributes to the request's root span, such as an
 // HTTP layer's http.* keys; the caller bounds their values. At most
 // MaxRootAttributes are kept; further ones are dropped and counted in
-// llm.attributes.truncated. It fails once the request has finished.
+// llm.attributes.truncated. It fails once the request has finished. On a
+// request the head sampler dropped (WithHeadSampler) it keeps nothing.
 func (q *Request) SetAttributes(kvs ...attribute.KeyValue) error {
 	t, r := q.t, q.r
 	if r == nil {
 		return errNotArrived
+	}
+	if r.headDropped {
+		return nil // no root will carry them
 	}
 	r.mu.Lock()
 	if r.done.Load() {

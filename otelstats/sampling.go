@@ -54,6 +54,9 @@ const (
 	SampledSlowTPOT  = "slow_tpot"
 	SampledSlowE2E   = "slow_e2e"
 	SampledRatio     = "ratio"
+	// SampledHead is the reason of a trace the head sampler
+	// (WithHeadSampler) kept, with no end-of-request policy.
+	SampledHead = "head"
 	// NotSampled is the reason of a dropped trace (seen in RequestStats):
 	// dropped by the policy or, on the Tracer path, not sampled by the
 	// TracerProvider (its sampler, a no-op provider, one shut down).

@@ -224,10 +224,13 @@ type reqState struct {
 	// throughput before any engine update reached us; the engine's
 	// DECODINGs for the same tokens are not counted again.
 	genCredit  int64
-	feReported bool   // the frontend sent more than ARRIVED
-	feBehind   bool   // engine updates came before ARRIVED: the frontend's stream runs behind
-	trusted    bool   // the parent's sampled flag decides
-	pdRole     pdRole // SPEC §7, from ARRIVED or WithPDRole
+	feReported bool // the frontend sent more than ARRIVED
+	feBehind   bool // engine updates came before ARRIVED: the frontend's stream runs behind
+	trusted    bool // the parent's sampled flag decides
+	// headDropped: the head sampler dropped the trace at arrival (fixed
+	// then, so spanContextOf reads it without the lock).
+	headDropped bool
+	pdRole      pdRole // SPEC §7, from ARRIVED or WithPDRole
 	// pending says extra.pending holds deliveries: the per-token path
 	// reads this byte, not the extra pointer's cache line.
 	pending bool

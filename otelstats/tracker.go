@@ -459,6 +459,11 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *A
 	if a != nil && a.OnFinish != nil {
 		r.ext().onFinish = a.OnFinish
 	}
+	if a != nil && a.Head != HeadUndecided {
+		r.headDropped = a.Head == HeadDropped
+	} else {
+		r.headDropped = t.decideHead(parent, r.trusted, r.traceID, op, r.model) == HeadDropped
+	}
 	r.spanID = spans.NewSpanID()
 	return r
 }
