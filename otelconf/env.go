@@ -245,6 +245,13 @@ func trackerOptions() ([]otelstats.Option, error) {
 		}
 		opts = append(opts, otelstats.WithSampling(pol))
 	}
+	head, err := headSampler()
+	if err != nil {
+		return nil, err
+	}
+	if head != nil {
+		opts = append(opts, otelstats.WithHeadSampler(head))
+	}
 	if v := strings.TrimSpace(os.Getenv(EnvDetail)); v != "" {
 		d, err := otelstats.ParseDetail(v)
 		if err != nil {

@@ -3,8 +3,6 @@ package otelconf
 import (
 	"context"
 	"errors"
-	"os"
-	"strings"
 
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -15,8 +13,10 @@ import (
 // TrackerOptions are the options that connect a Tracker to these providers
 // on their fast paths: the Aggregator for the latency histograms, and span
 // trees handed straight to the TracerProvider's span processors
-// (otelstats.WithSpanProcessor) unless OTEL_TRACES_SAMPLER asks for a
-// sampler other than the default, which only the Tracer path consults.
+// (otelstats.WithSpanProcessor). OTEL_TRACES_SAMPLER's sampler goes with
+// them as the tracker's head sampler (otelstats.WithHeadSampler), asked at
+// each request's arrival as the TracerProvider would ask it at the root's
+// start, so the traceparent sent downstream carries its decision.
 // When no exporter or processor takes spans (OTEL_TRACES_EXPORTER=none,
 // OTEL_SDK_DISABLED=true) they have the tracker build none
 // (otelstats.WithTraces(false)). They also carry what LLMTRACE_SAMPLING,
@@ -27,39 +27,25 @@ func (p *Providers) TrackerOptions() []otelstats.Option {
 	if p.Aggregator != nil {
 		opts = append(opts, otelstats.WithAggregator(p.Aggregator))
 	}
-	switch {
-	case len(p.procs) == 0:
+	if len(p.procs) == 0 {
 		// Nothing takes the spans: build none (OTEL_TRACES_EXPORTER=none,
 		// OTEL_SDK_DISABLED=true).
-		opts = append(opts, otelstats.WithTraces(false))
-	case p.direct:
-		opts = append(opts, otelstats.WithSpanProcessor(p.procs), otelstats.WithResource(p.resource))
+		return append(opts, otelstats.WithTraces(false))
 	}
-	return opts
+	return append(opts, otelstats.WithSpanProcessor(p.procs), otelstats.WithResource(p.resource))
 }
 
 // SpanExport is where spans that bypass the Tracer go — every span
 // processor of TracerProvider, and its resource — for a layer that builds
 // finished spans as the tracker does (openaihttp.WithSpanProcessor and
-// WithResource). ok is false when OTEL_TRACES_SAMPLER asks for a sampler
-// other than the default, which only the Tracer consults: such spans
-// should then go through the Tracer, as TrackerOptions has the tracker's.
+// WithResource); such a layer adds its spans only to traces the tracker
+// kept, so the head sampler has decided for them too. ok is false for
+// Providers Setup did not build.
 func (p *Providers) SpanExport() (sp sdktrace.SpanProcessor, res *resource.Resource, ok bool) {
-	if !p.direct {
+	if p.resource == nil {
 		return nil, nil, false
 	}
 	return p.procs, p.resource, true
-}
-
-// defaultSampler reports whether OTEL_TRACES_SAMPLER leaves the SDK's
-// default sampler (parent-based, always on), which every tree passes: then
-// trees may skip the Tracer. The SDK itself reads the variable.
-func defaultSampler() bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER"))) {
-	case "", "always_on", "parentbased_always_on":
-		return true
-	}
-	return false
 }
 
 // fanout hands ended spans to every processor of the TracerProvider, for

@@ -564,8 +564,8 @@ func TestTrackerHistogramsExponential(t *testing.T) {
 	}
 }
 
-// TestSampler: OTEL_TRACES_SAMPLER and its argument are the SDK's, and the
-// tracker's trees go through the Tracer for them.
+// TestSampler: OTEL_TRACES_SAMPLER and its argument decide which traces
+// are exported, as the SDK reads them.
 func TestSampler(t *testing.T) {
 	for _, tc := range []struct {
 		sampler, arg string
@@ -575,6 +575,9 @@ func TestSampler(t *testing.T) {
 		{"always_off", "", 0},
 		{"traceidratio", "0", 0},
 		{"traceidratio", "1", treeSpans},
+		{"parentbased_traceidratio", "0", 0},
+		{"parentbased_always_off", "", 0},
+		{"TraceIdRatio ", "1", treeSpans}, // read as the SDK reads it
 	} {
 		t.Run(tc.sampler+"/"+tc.arg, func(t *testing.T) {
 			rec := startReceiver(t, receiverOpts{traces: true, metrics: true})
@@ -660,6 +663,9 @@ func TestSetupErrors(t *testing.T) {
 			"OTEL_EXPORTER_PROMETHEUS_PORT", "0", "OTEL_TRACES_EXPORTER", "zipkin"}, "OTEL_TRACES_EXPORTER", true},
 		{"bad sampling", []string{EnvSampling, "ratio=2"}, EnvSampling, true},
 		{"bad detail", []string{EnvDetail, "9"}, EnvDetail, true},
+		{"sampler the Go SDK lacks", []string{"OTEL_TRACES_SAMPLER", "jaeger_remote"}, "OTEL_TRACES_SAMPLER", true},
+		{"ratio not a number", []string{"OTEL_TRACES_SAMPLER", "traceidratio", "OTEL_TRACES_SAMPLER_ARG", "0,1"}, "OTEL_TRACES_SAMPLER_ARG", true},
+		{"ratio above one", []string{"OTEL_TRACES_SAMPLER", "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG", "10"}, "OTEL_TRACES_SAMPLER_ARG", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cleanEnv(t, tc.env...)
@@ -678,24 +684,25 @@ func TestSetupErrors(t *testing.T) {
 
 // TestTrackerOptions: a tracker built from TrackerOptions sends its spans to
 // every processor of the TracerProvider and its latency histograms through
-// the Aggregator Setup registered on the Prometheus reader; a non-default
-// OTEL_TRACES_SAMPLER keeps the Tracer path so that sampler still decides.
+// the Aggregator Setup registered on the Prometheus reader, whatever
+// OTEL_TRACES_SAMPLER says: the tracker asks that sampler itself, at
+// arrival.
 func TestTrackerOptions(t *testing.T) {
 	for _, tc := range []struct {
 		sampler   string
 		wantSpans int
-		direct    bool
 	}{
-		{"", treeSpans, true},
-		{"parentbased_always_on", treeSpans, true},
-		{"always_off", 0, false},
+		{"", treeSpans},
+		{"parentbased_always_on", treeSpans},
+		{"always_off", 0},
+		{"parentbased_traceidratio", treeSpans}, // the argument's default is 1
 	} {
 		t.Run("sampler="+tc.sampler, func(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
 			cleanEnv(t, "OTEL_TRACES_SAMPLER", tc.sampler)
 			p := setup(t, Config{ServiceName: "setup-test", SpanProcessors: []sdktrace.SpanProcessor{rec}, Prometheus: true})
-			if p.Aggregator == nil || p.direct != tc.direct {
-				t.Fatalf("aggregator %v, direct %v; want one, %v", p.Aggregator, p.direct, tc.direct)
+			if p.Aggregator == nil {
+				t.Fatal("no aggregator")
 			}
 			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
 			if err != nil {
@@ -709,10 +716,10 @@ func TestTrackerOptions(t *testing.T) {
 			if len(ended) != tc.wantSpans {
 				t.Fatalf("%d spans reached the processor, want %d", len(ended), tc.wantSpans)
 			}
-			// SpanExport hands out the same path, or none.
-			if sp, res, ok := p.SpanExport(); ok != tc.direct || ok && (sp == nil || res != p.resource) {
-				t.Errorf("SpanExport: %v, %v, %v; want the processors and resource: %v", sp, res, ok, tc.direct)
-			} else if ok {
+			// SpanExport hands out the same path.
+			if sp, res, ok := p.SpanExport(); !ok || sp == nil || res != p.resource {
+				t.Errorf("SpanExport: %v, %v, %v; want the processors and resource", sp, res, ok)
+			} else if len(ended) > 0 {
 				sp.OnEnd(ended[0])
 				if n := len(rec.Ended()); n != len(ended)+1 {
 					t.Errorf("a span handed to SpanExport's processor: %d spans, want %d", n, len(ended)+1)

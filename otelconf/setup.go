@@ -45,7 +45,6 @@ type Providers struct {
 
 	resource *resource.Resource
 	procs    fanout             // every span processor of TracerProvider
-	direct   bool               // the SDK's sampler is the default: trees may bypass it
 	tracker  []otelstats.Option // from LLMTRACE_* and the GenAI content variable
 	disabled bool
 	traces   *exportState
@@ -156,7 +155,6 @@ func (p *Providers) setupTraces(ctx context.Context, c Config, sel selection) er
 		opts = append(opts, sdktrace.WithSpanProcessor(sp))
 		p.procs = append(p.procs, sp)
 	}
-	p.direct = defaultSampler()
 	p.TracerProvider = sdktrace.NewTracerProvider(opts...)
 	return nil
 }
