@@ -453,7 +453,9 @@ func (ex *exchange) finish(o outcome, metrics func(otelstats.Update)) otelstats.
 	if ex.obs.cutModel {
 		ex.cfg.countTruncated(attributes.ResponseModel)
 	}
-	_ = ex.q.SetAttributes(ex.responseAttrs()...)
+	if ex.q.SpanContext().IsSampled() { // else the head sampler dropped the trace
+		_ = ex.q.SetAttributes(ex.responseAttrs()...)
+	}
 	ex.end = u.Time
 	if metrics != nil {
 		metrics(u) // before the request ends: whoever sees it end sees them

@@ -128,15 +128,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // with why the body named no model, and counts the client strings the
 // layer dropped.
 func (c *config) noteBody(q *otelstats.Request, r *http.Request, route string, ri *requestInfo, problem string) {
-	attrs := c.serverAttrs(r, route)
-	if problem != "" {
-		attrs = append(attrs, attributes.HTTPRequestBody.String(problem))
-	}
 	if problem == BodyModelTooLong {
 		c.countTruncated(attributes.RequestModel)
 	}
 	if ri.StopOver {
 		c.countTruncated(attributes.RequestStopSequences)
+	}
+	if !q.SpanContext().IsSampled() {
+		return // the head sampler dropped the trace: no root to note them on
+	}
+	attrs := c.serverAttrs(r, route)
+	if problem != "" {
+		attrs = append(attrs, attributes.HTTPRequestBody.String(problem))
 	}
 	_ = q.SetAttributes(attrs...)
 }

@@ -377,8 +377,9 @@ type call struct {
 	in    incoming
 	id    string
 
-	traceID    trace.TraceID // the root's, decided before the upstream is called
-	clientSpan trace.SpanID  // the upstream call's span, whose id the upstream receives
+	traceID    trace.TraceID          // the root's, decided before the upstream is called
+	head       otelstats.HeadDecision // the head sampler's, told upstream
+	clientSpan trace.SpanID           // the upstream call's span, whose id the upstream receives
 	arrived    bool
 
 	sent, respAt, bodyEnd time.Time
@@ -409,6 +410,9 @@ func (p *Proxy) newCall(r *http.Request, route, op string) *call {
 	} else {
 		c.traceID = spans.NewTraceID()
 	}
+	// Decided now, not at Arrive (once the body named the model), so that
+	// the traceparent sent upstream carries the decision.
+	c.head = p.t.HeadSample(c.in.ctx, c.traceID, op, c.in.trusted)
 	c.clientSpan = spans.NewSpanID()
 	fields := requestFields
 	if p.t.CapturesContent() {
@@ -431,8 +435,12 @@ func (c *call) upstreamSpan() trace.SpanContext {
 	if sc := trace.SpanContextFromContext(c.in.ctx); sc.IsValid() {
 		ts = sc.TraceState()
 	}
+	var flags trace.TraceFlags
+	if c.head.Sampled() {
+		flags = trace.FlagsSampled
+	}
 	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: c.traceID, SpanID: c.clientSpan,
-		TraceFlags: trace.FlagsSampled, TraceState: ts})
+		TraceFlags: flags, TraceState: ts})
 }
 
 // arrive records ARRIVED, at the time the request came, once the body has
@@ -457,7 +465,7 @@ func (c *call) arrive() {
 	}
 	ex := c.ex
 	q, _ := c.p.t.Arrive(c.in.ctx, c.id, c.p.cfg.arrival(c.r, &c.in, onArrival{time: ex.arrived, model: model, op: ex.op,
-		traceID: c.traceID, onFinish: c.finished}))
+		traceID: c.traceID, head: c.head, onFinish: c.finished}))
 	c.p.cfg.noteBody(q, c.r, c.route, &ri, problem)
 	capture := c.p.t.CapturesContent()
 	ex.begin(q, ri, parsed, isResponsesAPI(c.route), capture)

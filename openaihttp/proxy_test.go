@@ -18,6 +18,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -824,8 +825,8 @@ func TestProxyLongStreamGoesLive(t *testing.T) {
 	}
 }
 
-// TestProxyHeadSamplerKeepsTracesWhole: with the SDK's own sampler deciding
-// (OTEL_TRACES_SAMPLER, which takes the spans through the Tracer), a trace
+// TestProxyHeadSamplerKeepsTracesWhole: with the TracerProvider's sampler
+// deciding (a tracker on the Tracer path, given a provider with a sampler), a trace
 // is kept or dropped whole: the proxy's own spans join only roots the
 // sampler kept, never a root it dropped, and RequestStats.Sampled says
 // which traces were kept.
@@ -886,8 +887,8 @@ func TestProxyHeadSamplerKeepsTracesWhole(t *testing.T) {
 	}
 }
 
-// TestProxyHeadSamplerAndIncomingParent: what the SDK's sampler makes of a
-// request that came with a traceparent (README, OTEL_TRACES_SAMPLER). An
+// TestProxyHeadSamplerAndIncomingParent: what a TracerProvider's sampler,
+// on the Tracer path, makes of a request that came with a traceparent. An
 // untrusted caller's flag decides nothing, so a parent-based sampler sees
 // a sampled parent and keeps the trace; traceidratio decides by the trace
 // id, parent or not; a trusted caller's flag decides.
@@ -924,6 +925,96 @@ func TestProxyHeadSamplerAndIncomingParent(t *testing.T) {
 			s := h.waitStats(1)[0]
 			if n := len(h.rec.Ended()); s.Sampled != tc.kept || (n > 0) != tc.kept {
 				t.Errorf("Sampled %v (%s), %d spans; want kept %v", s.Sampled, s.SamplingReason, n, tc.kept)
+			}
+		})
+	}
+}
+
+// TestProxyHeadSamplerAtArrival: with a head sampler
+// (otelstats.WithHeadSampler, what otelconf makes of OTEL_TRACES_SAMPLER),
+// the proxy decides before calling the upstream, so the traceparent the
+// upstream gets carries the decision its own parent-based sampler follows,
+// and agrees with what is exported: a kept trace whole, a dropped one
+// without a span. An untrusted caller's flag decides nothing, not even
+// under a parent-based sampler; a trusted caller's does.
+func TestProxyHeadSamplerAtArrival(t *testing.T) {
+	const (
+		sampled    = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		notSampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+	)
+	for _, tc := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+		trust   bool
+		parent  string
+		n       int
+		kept    string // "all", "none" or "some"
+	}{
+		{"ratio, no parent", sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.5)), false, "", 40, "some"},
+		{"parent-based never, untrusted, sampled", sdktrace.ParentBased(sdktrace.NeverSample()), false, sampled, 4, "none"},
+		{"parent-based never, trusted, sampled", sdktrace.ParentBased(sdktrace.NeverSample()), true, sampled, 4, "all"},
+		{"parent-based always, trusted, not sampled", sdktrace.ParentBased(sdktrace.AlwaysSample()), true, notSampled, 4, "none"},
+		{"ratio 1, untrusted, not sampled", sdktrace.TraceIDRatioBased(1), false, notSampled, 4, "all"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			told := map[string]bool{} // trace id → the sampled flag the upstream got
+			stream := streamOf("a", "b")
+			up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+				mu.Lock()
+				told[sc.TraceID().String()] = sc.IsSampled()
+				mu.Unlock()
+				stream.ServeHTTP(w, r)
+			})
+			rec := tracetest.NewSpanRecorder()
+			h := newHarness(t, up, []openaihttp.Option{openaihttp.WithTrustIncomingSampling(tc.trust), openaihttp.WithSpanProcessor(rec)},
+				otelstats.WithSpanProcessor(rec), otelstats.WithHeadSampler(tc.sampler))
+			var hdr []string
+			if tc.parent != "" {
+				hdr = []string{"traceparent", tc.parent}
+			}
+			for range tc.n {
+				resp := h.post(context.Background(), "/v1/chat/completions", proxyChatBody, hdr...)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			kept := 0
+			spansIn := map[string]int{}
+			for _, s := range rec.Ended() {
+				spansIn[s.SpanContext().TraceID().String()]++
+			}
+			for _, s := range h.waitStats(tc.n) {
+				mu.Lock()
+				flag, ok := told[s.TraceID]
+				mu.Unlock()
+				if !ok {
+					t.Fatalf("trace %s never reached the upstream", s.TraceID)
+				}
+				if flag != s.Sampled {
+					t.Errorf("trace %s: the upstream was told sampled=%v, the trace was kept: %v (%s)", s.TraceID, flag, s.Sampled, s.SamplingReason)
+				}
+				if s.Sampled {
+					kept++
+					if spansIn[s.TraceID] < 4 {
+						t.Errorf("kept trace %s has %d spans, want the tracker's and the proxy's", s.TraceID, spansIn[s.TraceID])
+					}
+				} else if tc.parent == "" && spansIn[s.TraceID] > 0 {
+					t.Errorf("dropped trace %s has %d spans", s.TraceID, spansIn[s.TraceID])
+				}
+			}
+			if tc.parent != "" && kept == 0 && len(rec.Ended()) > 0 {
+				t.Errorf("%d spans exported for dropped traces", len(rec.Ended()))
+			}
+			got := "some"
+			switch kept {
+			case 0:
+				got = "none"
+			case tc.n:
+				got = "all"
+			}
+			if got != tc.kept {
+				t.Errorf("%d of %d traces kept (%s), want %s", kept, tc.n, got, tc.kept)
 			}
 		})
 	}
