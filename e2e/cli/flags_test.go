@@ -133,6 +133,10 @@ var cases = map[string][]flagCase{
 	"collect": {
 		{name: "-h", args: []string{"-h"}, exit: 0, stderr: []string{"usage: llmtrace collect", "Exit status"}},
 		{name: "no input", exit: 2, stderr: []string{"no input: give -listen", "llmtrace collect -h"}},
+		{
+			name: "OTEL_TRACES_SAMPLER_ARG not a ratio", args: []string{"-listen", "-"},
+			env: []string{"OTEL_TRACES_SAMPLER=traceidratio", "OTEL_TRACES_SAMPLER_ARG=0,1"}, exit: 1, stderr: []string{`OTEL_TRACES_SAMPLER_ARG="0,1"`},
+		},
 		{name: "bad flag", args: []string{"-listne", "-"}, exit: 2, stderr: []string{"flag provided but not defined: -listne"}},
 		{name: "unexpected argument", args: []string{"-listen", "-", "extra"}, exit: 2, stderr: []string{`unexpected argument "extra"`}},
 		{name: "bad -listen", args: []string{"-listen", "udp:1.2.3.4:5"}, exit: 2, stderr: []string{`-listen "udp:1.2.3.4:5": want unix:PATH`}},
@@ -236,6 +240,10 @@ var cases = map[string][]flagCase{
 	"proxy": {
 		{name: "-h", args: []string{"-h"}, exit: 0, stderr: []string{"usage: llmtrace proxy"}},
 		{name: "no -upstream", exit: 2},
+		{
+			name: "OTEL_TRACES_SAMPLER the Go SDK lacks", args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-models", "toy"},
+			env: []string{"OTEL_TRACES_SAMPLER=jaeger_remote"}, exit: 1, stderr: []string{`OTEL_TRACES_SAMPLER="jaeger_remote"`},
+		},
 		{
 			name: "every flag", ready: "msg=proxying", args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-metrics-listen", "{addr2}",
 				"-stats-out", "{tmp}/s.jsonl", "-spans-out", "{tmp}/spans.jsonl", "-stats-log", "50ms",
