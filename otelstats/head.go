@@ -37,7 +37,10 @@ func (d HeadDecision) Sampled() bool { return d != HeadDropped }
 // sends upstream) carries it in its sampled flag, and a parent-based
 // sampler upstream follows it. The sampler sees the trace id, the parent,
 // the root's name (without the model when HeadSample is asked before the
-// body is read) and kind; no attributes.
+// body is read) and kind; no attributes. Only RecordAndSample keeps a
+// trace (nothing unsampled is exported, so RecordOnly drops it too), and
+// the tracestate a sampler returns is not applied: the root keeps its
+// parent's.
 //
 // An untrusted caller's parent is not shown to the sampler, which decides
 // as for a root (SPEC §6: the caller's sampled flag decides nothing, and a
