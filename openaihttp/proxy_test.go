@@ -887,6 +887,12 @@ func TestProxyHeadSamplerKeepsTracesWhole(t *testing.T) {
 	}
 }
 
+// A caller's traceparent, sampled and not.
+const (
+	sampled    = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	notSampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+)
+
 // TestProxyHeadSamplerAndIncomingParent: what a TracerProvider's sampler,
 // on the Tracer path, makes of a request that came with a traceparent. An
 // untrusted caller's flag decides nothing, so a parent-based sampler sees
@@ -894,10 +900,6 @@ func TestProxyHeadSamplerKeepsTracesWhole(t *testing.T) {
 // id, parent or not; a trusted caller's flag decides.
 func TestProxyHeadSamplerAndIncomingParent(t *testing.T) {
 	up := streamOf("a")
-	const (
-		sampled    = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-		notSampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
-	)
 	for _, tc := range []struct {
 		name    string
 		sampler sdktrace.Sampler
@@ -938,10 +940,6 @@ func TestProxyHeadSamplerAndIncomingParent(t *testing.T) {
 // without a span. An untrusted caller's flag decides nothing, not even
 // under a parent-based sampler; a trusted caller's does.
 func TestProxyHeadSamplerAtArrival(t *testing.T) {
-	const (
-		sampled    = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-		notSampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
-	)
 	for _, tc := range []struct {
 		name    string
 		sampler sdktrace.Sampler

@@ -60,17 +60,9 @@ func TestProxyHeadSampler(t *testing.T) {
 		case 2:
 			hdr = []string{"traceparent", fmt.Sprintf("00-%s-%016x-01", dropID, i+1)}
 		}
-		req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", bytes.NewReader([]byte(chatBody)))
-		req.Header.Set("Content-Type", "application/json")
-		for j := 0; j < len(hdr); j += 2 {
-			req.Header.Set(hdr[j], hdr[j+1])
+		if code := post(t, "http://"+addr+"/v1/chat/completions", "application/json", []byte(chatBody), hdr...); code != 200 {
+			t.Fatalf("chat %d through the proxy: %d", i, code)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
 	}
 	http.DefaultClient.CloseIdleConnections()
 	if code := p.stop(); code != 0 {
