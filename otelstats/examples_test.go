@@ -8,6 +8,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/spans"
@@ -172,4 +173,38 @@ func ExampleWithSpanProcessor() {
 	// Output:
 	// req-1 stop: ttft=21ms tpot=10ms queue=3ms e2e=42ms tokens=12/3 preemptions=0
 	// 7 spans, no Tracer involved: true
+}
+
+// A head sampler decides when the request arrives, so the span context
+// handed downstream (here the traceparent flag an engine would get)
+// already says whether the trace is kept.
+func ExampleWithHeadSampler() {
+	ctx := context.Background()
+	rec := tracetest.NewSpanRecorder() // stands in for a batch processor
+	tr, err := otelstats.NewTracker(
+		otelstats.WithTracerProvider(sdktrace.NewTracerProvider()),
+		otelstats.WithSpanProcessor(rec),
+		otelstats.WithHeadSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.5))),
+		otelstats.WithOnFinish(func(s *otelstats.RequestStats) {
+			fmt.Printf("%s: kept %v (%s)\n", s.RequestID, s.Sampled, s.SamplingReason)
+		}),
+	)
+	if err != nil {
+		panic(err)
+	}
+	defer tr.Shutdown(ctx)
+
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// Trace ids chosen for the example: a ratio of 0.5 keeps the low half.
+	for id, traceID := range map[string]string{"low": "0af7651916cd43dd1448eb211c80319c", "high": "0af7651916cd43ddf448eb211c80319c"} {
+		tid, _ := trace.TraceIDFromHex(traceID)
+		q, _ := tr.Arrive(ctx, id, otelstats.Arrival{Time: t0, Model: "m", TraceID: tid})
+		fmt.Printf("%s: downstream sampled %v\n", id, q.SpanContext().IsSampled())
+		_ = q.Finish(t0.Add(time.Millisecond), otelstats.FinishStop)
+	}
+	// Unordered output:
+	// low: downstream sampled true
+	// low: kept true (head)
+	// high: downstream sampled false
+	// high: kept false (dropped)
 }
