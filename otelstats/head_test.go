@@ -180,4 +180,4 @@ func TestHeadSamplerName(t *testing.T) {
 type samplerFunc func(sdktrace.SamplingParameters) sdktrace.SamplingResult
 
 func (f samplerFunc) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult { return f(p) }
-func (f samplerFunc) Description() string                                             { return "func" }
+func (f samplerFunc) Description() string                                                { return "func" }
