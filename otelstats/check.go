@@ -1,6 +1,7 @@
 package otelstats
 
 import (
+	"math"
 	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -220,6 +221,17 @@ func (t *Tracker) capNames(u *Update) {
 	t.capString(&u.FinishReason, MaxNameLength, attributes.FinishReasons)
 	t.capString(&u.ErrorType, MaxNameLength, attributes.ErrorType)
 	t.capString(&u.LoRAAdapter, MaxModelLength, attributes.LoRAAdapter)
+	// kv_source is only cleaned: check rejects one longer than its cap.
+	t.capString(&u.KVSource, math.MaxInt, attributes.KVTransferSource)
+}
+
+// cleanAttr is the attribute key=s with s's invalid UTF-8 replaced, counted
+// under key. For identities (request id, scope), which stay as given for
+// matching updates and are cleaned only where they become attributes: two
+// ids differing in invalid bytes are still two requests.
+func (t *Tracker) cleanAttr(key attribute.Key, s string) attribute.KeyValue {
+	t.capString(&s, math.MaxInt, key)
+	return key.String(s)
 }
 
 // capString cuts *s at n bytes on a UTF-8 boundary, counting the cut under

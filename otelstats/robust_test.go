@@ -466,6 +466,47 @@ func TestClientStringsNotUTF8(t *testing.T) {
 	}
 }
 
+// A request id, scope or kv_source that is not UTF-8 (a binary frame's
+// bytes) stays the request's identity as given — two ids differing only in
+// invalid bytes are two requests — and is cleaned where it becomes an
+// attribute: one invalid string in a span fails the OTLP export of its
+// whole batch, other requests' spans with it.
+func TestClientIdentitiesNotUTF8(t *testing.T) {
+	h := newHarness(t)
+	for _, id := range []string{"u\xff", "u\xfe"} {
+		us := decodeInstance(id, "")
+		for i := range us {
+			us[i].Scope = "s\xc0"
+			if us[i].Kind == KindRemoteKVWait {
+				us[i].KVSource = "p\xff"
+			}
+		}
+		h.feed(us)
+	}
+	for _, id := range []string{"u\xff", "u\xfe"} {
+		s := h.statsOf(id)
+		if s.KVSource != "p\uFFFD" {
+			t.Errorf("%q: kv_source %q", id, s.KVSource)
+		}
+		root, rest := h.treeOf(s)
+		for _, sp := range append(rest, root) {
+			for _, kv := range sp.Attributes() {
+				if kv.Value.Type() == attribute.STRING && !utf8.ValidString(kv.Value.AsString()) {
+					t.Errorf("%q %s: attribute %s = %q", id, sp.Name(), kv.Key, kv.Value.AsString())
+				}
+			}
+		}
+		if v, _ := attrOf(root.Attributes(), attributes.RequestID); v.AsString() != "u\uFFFD" {
+			t.Errorf("%q: gen_ai.request.id %q", id, v.AsString())
+		}
+	}
+	for _, key := range []attribute.Key{attributes.RequestID, attributes.RequestScope, attributes.KVTransferSource} {
+		if got := h.counter(attributes.MetricAttributesTruncated, attributes.TruncatedKey.String(string(key))); got != 2 {
+			t.Errorf("llm.attributes.truncated{%s} = %d, want 2", key, got)
+		}
+	}
+}
+
 // Issue 12.6: client-supplied strings that become attributes are cut at
 // their caps and counted; the request is still traced whole.
 func TestClientStringsCapped(t *testing.T) {

@@ -148,13 +148,13 @@ func (t *Tracker) rootAttrs(r *reqState, s *RequestStats, a []attribute.KeyValue
 		attributes.OperationName.String(r.operation),
 		t.inst.provider,
 		attributes.RequestModel.String(r.model),
-		attributes.RequestID.String(r.id),
+		t.cleanAttr(attributes.RequestID, r.id),
 		attributes.UsageOutputTokens.Int(s.NumOutputTokens),
 		finishReasonsAttr(s.FinishReason),
 		attributes.Preemptions.Int(s.NumPreemptions),
 	)
 	if r.scope != "" {
-		a = append(a, attributes.RequestScope.String(r.scope))
+		a = append(a, t.cleanAttr(attributes.RequestScope, r.scope))
 	}
 	if s.NumPromptTokens.Valid {
 		a = append(a, attributes.UsageInputTokens.Int(s.NumPromptTokens.N))
