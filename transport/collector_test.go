@@ -365,11 +365,18 @@ func goodStream(t *testing.T, e *env, id string) {
 func TestRobustness(t *testing.T) {
 	upd := AppendUpdate(nil, &otelstats.Update{RequestID: "lost", Kind: otelstats.KindArrived, Model: "m"}, Stamp{Ns: 1_700_000_000e9})
 	badLine := `{"request_id":"bad","type":"ARRIVED","ts":1700000000,"model":"m"` // no }
+	// A line of exactly MaxLine bytes before its newline is within the limit.
+	lineOf := func(n int) string {
+		head := `{"request_id":"ok","type":"ARRIVED","ts":1700000000,"model":"m","pad":"`
+		return head + strings.Repeat("x", n-len(head)-2) + `"}`
+	}
 	cases := []struct {
 		name  string
 		bytes []byte
 		check func(st Stats) bool
 	}{
+		{"json line of MaxLine bytes", []byte(lineOf(DefaultMaxLine) + "\n"), func(st Stats) bool { return st.Updates == 31 && st.Oversized == 0 }},
+		{"json line of MaxLine+1 bytes", []byte(lineOf(DefaultMaxLine+1) + "\n"), func(st Stats) bool { return st.Updates == 30 && st.Oversized == 1 }},
 		{"truncated frame", append(AppendHeader(nil), upd[:len(upd)-3]...), func(st Stats) bool { return st.Truncated == 1 }},
 		{"truncated length", append(AppendHeader(nil), 0, 0), func(st Stats) bool { return st.Truncated == 1 }},
 		{"truncated header", []byte("LLM"), func(st Stats) bool { return st.Truncated == 1 }},

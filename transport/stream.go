@@ -328,7 +328,7 @@ func (s *stream) jsonLines(br *bufio.Reader) {
 	c := s.c
 	for {
 		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) || len(line) > c.cfg.MaxLine {
+		if errors.Is(err, bufio.ErrBufferFull) || len(bytes.TrimSuffix(line, newline)) > c.cfg.MaxLine {
 			s.count(&s.st.Oversized, &c.n.oversized, "oversized")
 			c.countRejection(otelstats.ReasonTooLong, nil)
 			if !s.admit(nil) {
@@ -368,6 +368,7 @@ type lineExtras struct {
 }
 
 var (
+	newline   = []byte{'\n'}
 	monoKey   = []byte(`"mono_ts"`)
 	helloName = []byte(`hello`)
 )
