@@ -72,13 +72,13 @@ func (t *Tracker) timelineRun(r *reqState, i int, tb *treeBuf) spans.Run {
 	first, toks := rr.enFirst, rr.enTokens
 	if r.feDeliv > 0 {
 		fe, ft := rr.feFirst, rr.feTokens
-		if i == 0 && r.preRunFE > 0 {
-			// Deliveries recorded before the engine's first
-			// PREFILLING reached us belong to the first run, and
-			// the request's first delivery is one of them. Without
-			// them the first delivery may be a later run's: a run
-			// preempted before its first token has none.
-			fe, ft = r.feFirst, ft+r.preRunFE
+		if n, holdsFirst := r.unplacedShare(i); n > 0 {
+			ft += n
+			if holdsFirst {
+				fe = r.feFirst
+			} else if fe == 0 || rr.enFirst != 0 && rr.enFirst < fe {
+				fe = rr.enFirst // the delivery's own time was not kept
+			}
 		}
 		if fe != 0 {
 			first, toks = fe, ft
@@ -139,6 +139,43 @@ func (r *reqState) runDetail(i int, run *spans.Run) {
 			run.TokenTimes = append(run.TokenTimes, d)
 		}
 	}
+}
+
+// unplacedShare is run i's share of the deliveries recorded before any
+// engine update of the request reached us, while the engine was not
+// present (r.preRunFE: their times were not kept, see pendDelivery). They
+// are the request's earliest tokens, so they fill the runs in order, each
+// up to what the engine counted in it beyond the deliveries placed there;
+// what is left goes to the last run that took some, or the first. first
+// says run i holds the request's first delivery, whose time is kept.
+func (r *reqState) unplacedShare(i int) (n int64, first bool) {
+	if r.preRunFE == 0 {
+		return 0, false
+	}
+	left, took, firstRun := r.preRunFE, 0, -1
+	var mine int64
+	for j := range r.runs {
+		rj := &r.runs[j]
+		c := min(left, max(rj.enTokens-rj.feTokens, 0))
+		if c == 0 {
+			continue
+		}
+		left -= c
+		took = j
+		if firstRun < 0 {
+			firstRun = j
+		}
+		if j == i {
+			mine = c
+		}
+	}
+	if firstRun < 0 {
+		firstRun = 0
+	}
+	if i == took {
+		mine += left
+	}
+	return mine, i == firstRun
 }
 
 // rootAttrs appends the root span's attributes to a: the GenAI keys, the

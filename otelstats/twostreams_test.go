@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +85,35 @@ func shapes(root sdktrace.ReadOnlySpan, kids []sdktrace.ReadOnlySpan) []spanShap
 	return out
 }
 
+// sameTreeButLaterRuns checks got against want where the frontend's
+// deliveries reached the tracker before any engine update, with the engine
+// not present: their times were not kept, so a run after a preemption
+// begins its decode at the engine's first step, not at its first delivery.
+// Only that boundary may differ, and only earlier, inside its prefill; every
+// span, attribute and token count is the same.
+func sameTreeButLaterRuns(t *testing.T, got, want []spanShape) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("span tree differs:\n got %v\nwant %v", got, want)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		later := strings.Contains(w.attrs, `"llm.prefill.recompute":true`) || w.name == "llm.decode" && !strings.Contains(w.attrs, `"llm.decode.segment":0}`)
+		same := g.name == w.name && g.attrs == w.attrs && g.events == w.events
+		switch {
+		case !later:
+			same = same && g == w
+		case w.name == "llm.prefill":
+			same = same && g.start.Equal(w.start) && !g.end.After(w.end) && g.end.After(g.start)
+		default:
+			same = same && g.end.Equal(w.end) && !g.start.After(w.start)
+		}
+		if !same {
+			t.Errorf("span %d differs:\n got %v\nwant %v", i, g, w)
+		}
+	}
+}
+
 // TestTwoStreamsAnyOrder (SPEC §1): the frontend's and the engine's updates
 // travel separately, so either side's FINISHED can reach the tracker before
 // the other side's earlier updates. With the other side present (here, a
@@ -133,6 +163,22 @@ func TestTwoStreamsAnyOrder(t *testing.T) {
 					}
 				})
 			}
+			// A fresh tracker, no producer connected: the frontend's
+			// stream but its FINISHED, then the engine's. The engine is
+			// not present while the deliveries arrive, so their times
+			// are not kept aside, yet the request is still open when the
+			// engine's updates come: they build its runs.
+			t.Run("frontend's stream first, its FINISHED last, fresh tracker", func(t *testing.T) {
+				last := len(fe) - 1
+				if fe[last].Kind != KindFinished {
+					t.Skip("no frontend FINISHED")
+				}
+				ops := append(append(slices.Clone(fe[:last]), en...), fe[last])
+				h, got := run(t, ops, false)
+				sameStats(t, got, want)
+				r, k := h.treeOf(got)
+				sameTreeButLaterRuns(t, shapes(r, k), wantTree)
+			})
 			// A fresh tracker, no producer connected: the engine's whole
 			// stream, held until its ARRIVED, says the frontend's runs
 			// behind, so an engine FINISHED among it waits for the rest.
