@@ -355,7 +355,7 @@ func (t *Tracker) delivered(r *reqState, n int, busy time.Duration, ns int64) {
 	}
 	r.detokCount++
 	r.detokLast = ns
-	r.detokBusy += int64(busy)
+	r.detokBusy = min(r.detokBusy+int64(busy), math.MaxInt64-int64(maxBusy)) // never wraps
 	if n == 0 {
 		return
 	}

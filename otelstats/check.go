@@ -137,6 +137,9 @@ func checkDetokenized(u *Update, side Side) *RejectError {
 	if u.Busy < 0 {
 		return reject(u, side, ReasonNegativeCount, "negative busy time")
 	}
+	if u.Busy > maxBusy {
+		return reject(u, side, ReasonAbsurdCount, "busy time "+u.Busy.String()+" longer than "+maxBusy.String())
+	}
 	return nil
 }
 

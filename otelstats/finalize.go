@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -28,16 +29,25 @@ type treeBuf struct {
 }
 
 // finishReasons caches the root's gen_ai.response.finish_reasons attribute
-// per reason: a string-slice attribute allocates twice to build.
-var finishReasons sync.Map // string -> attribute.KeyValue
+// per reason: a string-slice attribute allocates twice to build. Reasons
+// come from clients and engines, so the cache keeps the first
+// maxFinishReasons of them; the rest are built each time.
+var (
+	finishReasons  sync.Map // string -> attribute.KeyValue
+	finishReasonsN atomic.Int32
+)
+
+const maxFinishReasons = 64
 
 func finishReasonsAttr(reason string) attribute.KeyValue {
 	if kv, ok := finishReasons.Load(reason); ok {
 		return kv.(attribute.KeyValue)
 	}
 	kv := attributes.FinishReasons.StringSlice([]string{reason})
-	if len(reason) <= MaxNameLength { // bounded: finish reasons are length-capped
-		finishReasons.Store(reason, kv)
+	if finishReasonsN.Load() < maxFinishReasons && finishReasonsN.Add(1) <= maxFinishReasons {
+		if _, loaded := finishReasons.LoadOrStore(reason, kv); loaded {
+			finishReasonsN.Add(-1)
+		}
 	}
 	return kv
 }

@@ -213,7 +213,7 @@ func (q *Request) Detokenized(at time.Time, newTokens int, busy time.Duration) e
 	// The per-token fast path: what check and apply would do for a valid
 	// delivery, without building an Update. Anything unusual takes the
 	// general path, which rejects it with the precise reason.
-	if t, r := q.t, q.r; r != nil && uint(newTokens) <= maxNewTokensStep && busy >= 0 && !t.closed.Load() {
+	if t, r := q.t, q.r; r != nil && uint(newTokens) <= maxNewTokensStep && uint64(busy) <= uint64(maxBusy) && !t.closed.Load() {
 		if ns := t.ns(at); t.inBound(ns) {
 			now := t.now(ns)
 			r.mu.Lock()

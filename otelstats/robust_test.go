@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -593,4 +594,123 @@ func TestTokenSumsPast32Bits(t *testing.T) {
 	}
 	h.wantCounter(attributes.MetricGenerationTokens, total)
 	h.wantCounter(attributes.MetricSpecDraftTokens, total)
+}
+
+// A delivery's busy time is bounded (an hour): a broken frontend clock must
+// not wrap the request's llm.detokenize.busy_time negative. Both the
+// general path and Request.Detokenized's fast path reject it.
+func TestDetokenizeBusyBounded(t *testing.T) {
+	h := newHarness(t)
+	h.feed([]Update{arrived("b", 0, "m", "chat"), inputProcessed("b", 1, 10)})
+	err := h.tr.Record(detok("b", 10, 1, time.Duration(math.MaxInt64)))
+	if !errors.Is(err, ReasonAbsurdCount) {
+		t.Errorf("Record: %v, want absurd_count", err)
+	}
+	q, _ := h.tr.Arrive(context.Background(), "q", Arrival{Time: at(0), Model: "m"})
+	if err := q.Detokenized(at(10), 1, maxBusy+1); !errors.Is(err, ReasonAbsurdCount) {
+		t.Errorf("Detokenized: %v, want absurd_count", err)
+	}
+	h.must(detok("b", 11, 1, maxBusy))
+	h.must(detok("b", 12, 1, time.Second))
+	h.must(feFinished("b", 13, "stop"))
+	root, kids := h.treeOf(h.statsOf("b"))
+	var detokSpan sdktrace.ReadOnlySpan
+	for _, k := range kids {
+		if k.Name() == "llm.detokenize" {
+			detokSpan = k
+		}
+	}
+	if detokSpan == nil {
+		t.Fatalf("no llm.detokenize under %s", root.Name())
+	}
+	if v, _ := attrOf(detokSpan.Attributes(), attributes.DetokenizeBusyTime); v.AsFloat64() != (maxBusy + time.Second).Seconds() {
+		t.Errorf("busy_time %v, want %v", v.AsFloat64(), (maxBusy + time.Second).Seconds())
+	}
+}
+
+// SPEC §8's per-position counter: positions 15 and up summed in 15, added
+// at once (a step may accept 2^20 tokens) and never wrapping.
+func TestSpecPositionsLarge(t *testing.T) {
+	h := newHarness(t)
+	h.feed([]Update{arrived("p", 0, "m", "chat"), inputProcessed("p", 1, 10), queued("p", 2), prefilling("p", 3, 10, 0)})
+	const n, steps = maxNewTokensStep, 2100
+	for i := range steps {
+		h.must(specDecoding("p", 4+float64(i)*0.001, n, n, n))
+	}
+	h.must(enFinished("p", 10, "stop"))
+	h.must(feFinished("p", 11, "stop"))
+	for pos, want := range map[int]int64{0: steps, 14: steps, 15: steps * (n - 15)} {
+		if got := h.counter(attributes.MetricSpecAcceptedPerPosition, attributes.SpecPosition.Int(pos)); got != want {
+			t.Errorf("position %d: %d, want %d", pos, got, want)
+		}
+	}
+}
+
+// The finish-reason attribute cache keeps the first reasons it sees, not
+// every one a client or engine invents.
+func TestFinishReasonsCacheBounded(t *testing.T) {
+	h := newHarness(t)
+	for i := range 500 {
+		id := fmt.Sprintf("r%d", i)
+		h.must(arrived(id, float64(i), "m", "chat"))
+		h.must(feFinished(id, float64(i)+0.5, fmt.Sprintf("reason-%d", i)))
+	}
+	n := 0
+	finishReasons.Range(func(any, any) bool { n++; return true })
+	if n > maxFinishReasons {
+		t.Errorf("%d finish reasons cached, want at most %d", n, maxFinishReasons)
+	}
+	s := h.statsOf("r499")
+	root, _ := h.treeOf(s)
+	if v, _ := attrOf(root.Attributes(), attributes.FinishReasons); fmt.Sprint(v.AsStringSlice()) != "[reason-499]" {
+		t.Errorf("finish_reasons %v", v.AsStringSlice())
+	}
+}
+
+// A scheduler report no scheduler can make is rejected whole and counted:
+// the gauges keep their last value, the prefix-cache counters stay
+// monotonic. Through RecordSchedulerStats and Step.Stats alike.
+func TestSchedulerStatsRejected(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		s    SchedulerStats
+		want Reason
+	}{
+		{"negative running", SchedulerStats{Running: -5}, ReasonNegativeCount},
+		{"negative waiting", SchedulerStats{Waiting: -1}, ReasonNegativeCount},
+		{"negative queries", SchedulerStats{PrefixCacheQueries: -1000}, ReasonNegativeCount},
+		{"hits over queries", SchedulerStats{PrefixCacheQueries: 10, PrefixCacheHits: 5000}, ReasonAbsurdCount},
+		{"usage NaN", SchedulerStats{KVCacheUsage: math.NaN()}, ReasonAbsurdCount},
+		{"usage +Inf", SchedulerStats{KVCacheUsage: math.Inf(1)}, ReasonAbsurdCount},
+		{"usage a percentage", SchedulerStats{KVCacheUsage: 45}, ReasonAbsurdCount},
+	} {
+		for _, viaStep := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/step=%v", c.name, viaStep), func(t *testing.T) {
+				h := newHarness(t)
+				good := SchedulerStats{Running: 3, Waiting: 2, KVCacheUsage: 0.5, PrefixCacheQueries: 100, PrefixCacheHits: 10}
+				if err := h.tr.RecordSchedulerStats(at(1), good); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if viaStep {
+					err = h.tr.Step(&Step{Time: at(2), Stats: &c.s})
+				} else {
+					err = h.tr.RecordSchedulerStats(at(2), c.s)
+				}
+				if !errors.Is(err, c.want) {
+					t.Errorf("err %v, want %s", err, c.want)
+				}
+				if n := h.rejects(c.want); n != 1 {
+					t.Errorf("%s counted %d times", c.want, n)
+				}
+				running, _ := h.gaugeInt(attributes.MetricRequestsRunning)
+				usage, _ := h.gaugeFloat(attributes.MetricKVCacheUsage)
+				q := h.counter(attributes.MetricPrefixCacheQuery)
+				hits := h.counter(attributes.MetricPrefixCacheHits)
+				if running != 3 || usage != 0.5 || q != 100 || hits != 10 {
+					t.Errorf("running %d, usage %v, queries %d, hits %d; want 3, 0.5, 100, 10", running, usage, q, hits)
+				}
+			})
+		}
+	}
 }

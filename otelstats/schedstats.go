@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,12 +27,20 @@ type SchedulerStats struct {
 	PrefixCacheHits    int64
 }
 
-// RecordSchedulerStats records one step's scheduler stats at time at.
-func (t *Tracker) RecordSchedulerStats(at time.Time, s SchedulerStats) {
-	t.recordSched(t.ns(at), &s)
+// RecordSchedulerStats records one step's scheduler stats at time at. A
+// report no scheduler can make — a negative count, a KV-cache usage outside
+// 0–1 or not a number, more prefix-cache hits than queries — is rejected
+// whole and counted (llm.rejected_updates): the gauges keep their last
+// value and the counters stay monotonic.
+func (t *Tracker) RecordSchedulerStats(at time.Time, s SchedulerStats) error {
+	return t.recordSched(t.ns(at), &s)
 }
 
-func (t *Tracker) recordSched(ns int64, s *SchedulerStats) {
+func (t *Tracker) recordSched(ns int64, s *SchedulerStats) error {
+	if r := checkSched(s); r != nil {
+		t.stats.maybeLog(ns)
+		return t.rejected(r)
+	}
 	ctx := context.Background()
 	t.inst.running.Record(ctx, int64(s.Running), t.inst.gauge...)
 	t.inst.waiting.Record(ctx, int64(s.Waiting), t.inst.gauge...)
@@ -52,6 +61,25 @@ func (t *Tracker) recordSched(ns int64, s *SchedulerStats) {
 	t.stats.running, t.stats.waiting, t.stats.kv = s.Running, s.Waiting, s.KVCacheUsage
 	t.stats.mu.Unlock()
 	t.stats.maybeLog(ns)
+	return nil
+}
+
+// checkSched is the rejection of a scheduler report no scheduler can make,
+// or nil.
+func checkSched(s *SchedulerStats) *RejectError {
+	var r Reason
+	var detail string
+	switch {
+	case s.Running < 0 || s.Waiting < 0 || s.PrefixCacheQueries < 0 || s.PrefixCacheHits < 0:
+		r, detail = ReasonNegativeCount, "a negative count"
+	case !(s.KVCacheUsage >= 0 && s.KVCacheUsage <= 1): // NaN too
+		r, detail = ReasonAbsurdCount, "kv-cache usage "+strconv.FormatFloat(s.KVCacheUsage, 'g', -1, 64)+" outside 0–1"
+	case s.PrefixCacheHits > s.PrefixCacheQueries:
+		r, detail = ReasonAbsurdCount, "more prefix-cache hits than queries"
+	default:
+		return nil
+	}
+	return &RejectError{Reason: r, Detail: "scheduler stats: " + detail}
 }
 
 // Stats is one interval of the periodic stats line, like vLLM's

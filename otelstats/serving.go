@@ -98,9 +98,13 @@ func (t *Tracker) specStep(r *reqState, draft, accepted int) {
 	cr.specSteps++
 	x := r.ext()
 	if x.positions == nil {
-		x.positions = new([attributes.SpecPositions]int32)
+		x.positions = new([attributes.SpecPositions]int64)
 	}
-	for i := range accepted {
-		x.positions[min(i, attributes.SpecPositions-1)]++
+	last := attributes.SpecPositions - 1
+	for i := range min(accepted, last) {
+		x.positions[i]++
+	}
+	if accepted > last {
+		x.positions[last] += int64(accepted - last) // positions 15 and up, in one add
 	}
 }

@@ -41,7 +41,7 @@ func (in *servingInstruments) init(mk *maker) {
 // positions are its accepted draft tokens by position, if it had any.
 // The histograms' exemplar context is built where one is recorded: most
 // requests have none of §7–9, and the context costs two allocations.
-func (in *servingInstruments) record(sc trace.SpanContext, s *RequestStats, positions *[attributes.SpecPositions]int32, as *attrSets) {
+func (in *servingInstruments) record(sc trace.SpanContext, s *RequestStats, positions *[attributes.SpecPositions]int64, as *attrSets) {
 	bg := context.Background()
 	if s.KVSource != "" {
 		if s.KVTransferDuration.Valid {

@@ -183,7 +183,7 @@ type reqExtra struct {
 	route    pdRoute    // a router's P/D timings (Request.RoutedPD)
 	enc      *encState  // multimodal encoder runs (SPEC §9)
 	// positions counts accepted draft tokens by position (SPEC §8).
-	positions  *[attributes.SpecPositions]int32
+	positions  *[attributes.SpecPositions]int64
 	deliveries []int64 // DetailTokens: frontend token deliveries
 	// Captured content (ContentCapture only): already redacted and capped.
 	input, output string

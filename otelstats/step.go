@@ -120,7 +120,9 @@ func (t *Tracker) Step(s *Step) error {
 		errs = t.stepEntries(s, ns, true, errs)
 	}
 	if s.Stats != nil {
-		t.recordSched(ns, s.Stats)
+		if err := t.recordSched(ns, s.Stats); err != nil {
+			errs = append(errs, err)
+		}
 	} else {
 		t.stats.maybeLog(ns)
 	}

@@ -272,6 +272,9 @@ const (
 	// MaxRootAttributes bounds the attributes Request.SetAttributes adds.
 	MaxRootAttributes = 32
 	maxNewTokensStep  = 1 << 20
+	// maxBusy bounds one delivery's busy time: an hour of detokenizing is
+	// a broken clock, and the request's sum must not wrap.
+	maxBusy = time.Hour
 )
 
 // minTime and maxTime bound acceptable timestamps: 1970 to 2200. Times are
