@@ -121,11 +121,14 @@ func (s *Span) Set(key string, v Value) {
 	}
 }
 
+// float is a latency attribute's value. A key the span carries without a
+// usable number (NaN, a string) is −Inf: present and invalid, so Compute
+// drops and counts it, where NaN would pass for a key the span lacks.
 func float(v Value) float64 {
-	if f, ok := v.Float(); ok {
+	if f, ok := v.Float(); ok && !math.IsNaN(f) {
 		return f
 	}
-	return math.NaN()
+	return math.Inf(-1)
 }
 
 // count is a token count: negative or absurd counts are absent.

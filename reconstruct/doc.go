@@ -100,7 +100,9 @@
 // duration that would put an instant outside (the two vLLM clocks
 // disagreeing, e2e longer than the span) moves it to the bound and counts
 // one in Request.Clamped, as does a negative, NaN or infinite duration,
-// which is dropped. Differences under a microsecond are rounding, not
+// which is dropped (FromAttributes gives a key whose value is NaN or not a
+// number −Inf, so it counts; in a Latency built by hand NaN is a key the
+// span lacks). Differences under a microsecond are rounding, not
 // contradictions. Nothing is ever negative. A span without a usable
 // time_to_first_token, e2e or time_in_queue has nothing to rebuild:
 // Compute reports false and the span passes untouched.

@@ -229,6 +229,31 @@ func TestFromAttributes(t *testing.T) {
 	}
 }
 
+// A latency key whose value is NaN or not a number is there and unusable:
+// dropped and counted, as a negative or infinite one is, not taken for a
+// key the span lacks.
+func TestFromAttributesInvalidLatency(t *testing.T) {
+	for _, bad := range []attribute.KeyValue{
+		attributes.LatencyTimeInQueue.Float64(math.NaN()),
+		attributes.LatencyTimeInQueue.String("0.05"),
+		attributes.LatencyTimeInQueue.Bool(true),
+	} {
+		t.Run(bad.Value.Emit(), func(t *testing.T) {
+			s := FromAttributes("llm_request", "vllm.llm_engine", t0, ms(1000), []attribute.KeyValue{
+				attributes.LatencyTimeToFirstToken.Float64(0.3), attributes.LatencyE2E.Float64(1), bad,
+				attributes.LatencyPrefill.Float64(0.2), attributes.LatencyDecode.Float64(0.6),
+			})
+			r, ok := Compute(&s, Detect(&s))
+			if !ok || r.Clamped != 1 {
+				t.Errorf("ok %v, Clamped %d; want true, 1", ok, r.Clamped)
+			}
+			if !r.Prefilling.Equal(ms(100)) || !r.FirstToken.Equal(ms(300)) {
+				t.Errorf("PREFILLING %v, first token %v", off(r.Prefilling), off(r.FirstToken))
+			}
+		})
+	}
+}
+
 func TestDetect(t *testing.T) {
 	for _, tt := range []struct {
 		name, scope string
