@@ -2,6 +2,7 @@ package otelconf
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -126,6 +127,9 @@ func selectSignal(signal, override string) (selection, error) {
 		s.endpoint = s.override
 		return s, nil
 	}
+	if err := checkEndpoints(s.suffix); err != nil {
+		return s, err
+	}
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_"+s.suffix+"_ENDPOINT") == "" {
 		// The specification's default is plaintext; the Go exporters'
 		// own is TLS.
@@ -133,6 +137,21 @@ func selectSignal(signal, override string) (selection, error) {
 	}
 	s.endpoint = otlpEndpoint(s.suffix, s.protocol, signal)
 	return s, nil
+}
+
+// checkEndpoints fails on an endpoint variable that is not a URL, such as
+// a bare 127.0.0.1:4317: the Go exporters only log that they cannot parse
+// it and send to their default, localhost:4317 over TLS, while every
+// message would name the address the user set.
+func checkEndpoints(suffix string) error {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if v := os.Getenv(k); v != "" {
+			if _, err := url.Parse(v); err != nil {
+				return &ConfigError{Name: k, Value: v, Reason: "not a URL: write http://HOST:PORT for plaintext, https://HOST:PORT for TLS"}
+			}
+		}
+	}
+	return nil
 }
 
 // specDefaultEndpoint is the OTLP endpoint the specification names for
@@ -285,38 +304,57 @@ type BatchConfig struct {
 // OTEL_BSP_SCHEDULE_DELAY=1000 OTEL_BSP_EXPORT_TIMEOUT=10000".
 func (c BatchConfig) String() string {
 	return fmt.Sprintf("OTEL_BSP_MAX_QUEUE_SIZE=%d OTEL_BSP_MAX_EXPORT_BATCH_SIZE=%d OTEL_BSP_SCHEDULE_DELAY=%d OTEL_BSP_EXPORT_TIMEOUT=%d",
-		c.MaxQueueSize, c.MaxExportBatchSize, c.BatchTimeout.Milliseconds(), c.ExportTimeout.Milliseconds())
+		c.MaxQueueSize, c.MaxExportBatchSize, c.BatchTimeout.Milliseconds(), exportTimeoutMs(c.ExportTimeout))
 }
 
+// exportTimeoutMs is the timeout as OTEL_BSP_EXPORT_TIMEOUT writes it: 0
+// for none.
+func exportTimeoutMs(d time.Duration) int64 {
+	if d == noTimeout {
+		return 0
+	}
+	return d.Milliseconds()
+}
+
+// noTimeout is OTEL_BSP_EXPORT_TIMEOUT=0: the specification reads a
+// timeout of zero as none, and the processor takes a duration.
+const noTimeout = time.Duration(math.MaxInt64)
+
 // batchConfig reads the standard OTEL_BSP_* variables (milliseconds and
-// counts); a value that is not a positive integer is reported and the
-// default kept.
+// counts); a size that is not a positive integer, or a delay or timeout
+// that is not a non-negative one, is reported and the default kept.
 func batchConfig() BatchConfig {
 	c := BatchConfig{
 		MaxQueueSize: batch.DefaultMaxQueueSize, MaxExportBatchSize: batch.DefaultMaxExportBatchSize,
 		BatchTimeout: batch.DefaultBatchTimeout, ExportTimeout: batch.DefaultExportTimeout,
 	}
-	num := func(name string, into *int) {
+	// least is the smallest value a variable takes: a size must be
+	// positive; a delay or timeout may be 0 (the specification's
+	// durations, and a timeout of 0 is no timeout).
+	num := func(name string, into *int, least int) {
 		v := strings.TrimSpace(os.Getenv(name))
 		if v == "" {
 			return
 		}
 		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			otel.Handle(fmt.Errorf("otelconf: %s=%q is not a positive integer; the default applies", name, v))
+		if err != nil || n < least {
+			otel.Handle(fmt.Errorf("otelconf: %s=%q is not an integer of at least %d; the default applies", name, v, least))
 			return
 		}
 		*into = n
 	}
 	ms := func(name string, into *time.Duration) {
 		n := int(into.Milliseconds())
-		num(name, &n)
+		num(name, &n, 0)
 		*into = time.Duration(n) * time.Millisecond
 	}
-	num("OTEL_BSP_MAX_QUEUE_SIZE", &c.MaxQueueSize)
-	num("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", &c.MaxExportBatchSize)
+	num("OTEL_BSP_MAX_QUEUE_SIZE", &c.MaxQueueSize, 1)
+	num("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", &c.MaxExportBatchSize, 1)
 	ms("OTEL_BSP_SCHEDULE_DELAY", &c.BatchTimeout)
 	ms("OTEL_BSP_EXPORT_TIMEOUT", &c.ExportTimeout)
+	if c.ExportTimeout == 0 {
+		c.ExportTimeout = noTimeout
+	}
 	// As the processor does, and as the specification says.
 	c.MaxExportBatchSize = min(c.MaxExportBatchSize, c.MaxQueueSize)
 	return c

@@ -666,6 +666,9 @@ func TestSetupErrors(t *testing.T) {
 		{"sampler the Go SDK lacks", []string{"OTEL_TRACES_SAMPLER", "jaeger_remote"}, "OTEL_TRACES_SAMPLER", true},
 		{"ratio not a number", []string{"OTEL_TRACES_SAMPLER", "traceidratio", "OTEL_TRACES_SAMPLER_ARG", "0,1"}, "OTEL_TRACES_SAMPLER_ARG", true},
 		{"ratio above one", []string{"OTEL_TRACES_SAMPLER", "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG", "10"}, "OTEL_TRACES_SAMPLER_ARG", true},
+		// The exporter would send to its default, localhost:4317 over TLS.
+		{"endpoint a bare ip:port", []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "127.0.0.1:4317"}, "OTEL_EXPORTER_OTLP_ENDPOINT", true},
+		{"traces endpoint a bare ip:port", []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "10.0.0.1:4318"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cleanEnv(t, tc.env...)
@@ -919,7 +922,8 @@ func TestTracesEndpoint(t *testing.T) {
 }
 
 // TestBatchConfig: OTEL_BSP_* reach the batch processor in their units; a
-// value that is not a positive integer is reported and the default kept.
+// size that is not a positive integer, or a delay or timeout that is
+// negative or not an integer, is reported and the default kept.
 func TestBatchConfig(t *testing.T) {
 	for _, tc := range []struct {
 		env    []string
@@ -930,6 +934,11 @@ func TestBatchConfig(t *testing.T) {
 		{[]string{"OTEL_BSP_MAX_QUEUE_SIZE", "64", "OTEL_BSP_SCHEDULE_DELAY", "50", "OTEL_BSP_EXPORT_TIMEOUT", "2500"},
 			"OTEL_BSP_MAX_QUEUE_SIZE=64 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=64 OTEL_BSP_SCHEDULE_DELAY=50 OTEL_BSP_EXPORT_TIMEOUT=2500", false},
 		{[]string{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-3", "OTEL_BSP_SCHEDULE_DELAY", "1s"},
+			"OTEL_BSP_MAX_QUEUE_SIZE=16384 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=1024 OTEL_BSP_SCHEDULE_DELAY=1000 OTEL_BSP_EXPORT_TIMEOUT=10000", true},
+		// The specification's durations: 0 is a value, and a timeout of 0 is none.
+		{[]string{"OTEL_BSP_SCHEDULE_DELAY", "0", "OTEL_BSP_EXPORT_TIMEOUT", "0"},
+			"OTEL_BSP_MAX_QUEUE_SIZE=16384 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=1024 OTEL_BSP_SCHEDULE_DELAY=0 OTEL_BSP_EXPORT_TIMEOUT=0", false},
+		{[]string{"OTEL_BSP_MAX_QUEUE_SIZE", "0", "OTEL_BSP_EXPORT_TIMEOUT", "-1"},
 			"OTEL_BSP_MAX_QUEUE_SIZE=16384 OTEL_BSP_MAX_EXPORT_BATCH_SIZE=1024 OTEL_BSP_SCHEDULE_DELAY=1000 OTEL_BSP_EXPORT_TIMEOUT=10000", true},
 	} {
 		cleanEnv(t, tc.env...)
@@ -1017,6 +1026,35 @@ func TestInvalidUTF8CostsNoBatch(t *testing.T) {
 			}
 			if st := p.Status().Traces; st.Exported != int64(len(names)) || st.Dropped != 0 {
 				t.Errorf("traces status %+v", st)
+			}
+		})
+	}
+}
+
+// A malformed OTEL_RESOURCE_ATTRIBUTES (a trailing comma from a template,
+// an entry without '=') is reported, naming the variable, and the pairs
+// that parsed apply: the SDK's default resource does the same, and the
+// service must start.
+func TestResourceAttributesPartial(t *testing.T) {
+	for _, v := range []string{"deployment.environment.name=prod,", "deployment.environment.name=prod,team", "a=1,,deployment.environment.name=prod"} {
+		t.Run(v, func(t *testing.T) {
+			cleanEnv(t, "OTEL_RESOURCE_ATTRIBUTES", v, "OTEL_SERVICE_NAME", "svc")
+			errs := captureErrors(t)
+			p, err := Setup(context.Background(), Config{})
+			if err != nil {
+				t.Fatalf("Setup: %v", err)
+			}
+			defer p.Shutdown(context.Background())
+			got := map[string]string{}
+			for _, kv := range p.resource.Attributes() {
+				got[string(kv.Key)] = kv.Value.Emit()
+			}
+			if got["deployment.environment.name"] != "prod" || got["service.name"] != "svc" {
+				t.Errorf("resource %v", got)
+			}
+			all := errs.all()
+			if len(all) == 0 || !strings.Contains(fmt.Sprint(all), "OTEL_RESOURCE_ATTRIBUTES") {
+				t.Errorf("reported %v, want an error naming OTEL_RESOURCE_ATTRIBUTES", all)
 			}
 		})
 	}

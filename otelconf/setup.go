@@ -3,8 +3,11 @@ package otelconf
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
 
+	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -69,6 +72,13 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 		resource.WithFromEnv(),
 		resource.WithTelemetrySDK(),
 	)
+	if errors.Is(err, resource.ErrPartialResource) {
+		// As the SDK's default resource does: report it, keep the pairs
+		// that parsed and start. A trailing comma in a templated
+		// OTEL_RESOURCE_ATTRIBUTES must not keep the server down.
+		otel.Handle(fmt.Errorf("otelconf: OTEL_RESOURCE_ATTRIBUTES=%q: %w; the valid pairs apply", os.Getenv("OTEL_RESOURCE_ATTRIBUTES"), err))
+		err = nil
+	}
 	if err != nil {
 		return nil, err
 	}
