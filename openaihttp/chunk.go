@@ -34,10 +34,49 @@ type chunkJSON struct {
 }
 
 type choiceJSON struct {
-	Delta        deltaJSON `json:"delta"`
-	Message      deltaJSON `json:"message"`
-	Text         rawJSON   `json:"text"`
-	FinishReason rawText   `json:"finish_reason"`
+	Index        choiceIndex `json:"index"`
+	Delta        deltaJSON   `json:"delta"`
+	Message      deltaJSON   `json:"message"`
+	Text         rawJSON     `json:"text"`
+	FinishReason rawText     `json:"finish_reason"`
+}
+
+// maxChoices bounds the choices whose finish the layer tracks: OpenAI's
+// limit on n.
+const maxChoices = 128
+
+// choiceIndex is a choice's index plus one: 0 when absent or null (a
+// server that sends one choice may leave it out), -1 for anything that is
+// not an index below maxChoices.
+type choiceIndex int16
+
+func (x *choiceIndex) UnmarshalJSON(b []byte) error {
+	if *x = 0; string(b) == "null" {
+		return nil
+	}
+	*x = -1
+	if len(b) == 0 || len(b) > 3 {
+		return nil
+	}
+	v := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return nil
+		}
+		v = v*10 + int(c-'0')
+	}
+	if v < maxChoices {
+		*x = choiceIndex(v + 1)
+	}
+	return nil
+}
+
+// get returns the index (0 when absent); ok is false for one not tracked.
+func (x choiceIndex) get() (i int, ok bool) {
+	if x == 0 {
+		return 0, true
+	}
+	return int(x) - 1, x > 0
 }
 
 type deltaJSON struct {
@@ -175,18 +214,18 @@ func (c *chunkJSON) contentChoices() int {
 
 // observed is what a request's chunks or body said about its end.
 type observed struct {
-	reason    string // the finish reason, "" if none yet
-	errType   string // stream_error, response_failed
-	sawDone   bool   // data: [DONE]
-	sawFinish bool   // a finish reason, or a Responses API final event
-	terminal  bool   // the stream's last word: [DONE] or a Responses API final event
-	prompt    int64  // -1 while unknown
-	output    int64  // -1 while unknown
-	cached    int64  // -1 while unknown
-	respID    string
-	model     string
-	cutID     bool // respID was cut at maxResponseID
-	cutModel  bool // model was cut at otelstats.MaxModelLength
+	reason   string    // the finish reason, "" if none yet
+	errType  string    // stream_error, response_failed
+	sawDone  bool      // data: [DONE]
+	terminal bool      // the stream's last word: [DONE] or a Responses API final event
+	choices  choiceSet // which choices had their finish reason
+	prompt   int64     // -1 while unknown
+	output   int64     // -1 while unknown
+	cached   int64     // -1 while unknown
+	respID   string
+	model    string
+	cutID    bool // respID was cut at maxResponseID
+	cutModel bool // model was cut at otelstats.MaxModelLength
 }
 
 func newObserved() observed { return observed{prompt: -1, output: -1, cached: -1} }
@@ -199,11 +238,14 @@ func (o *observed) observe(c *chunkJSON) {
 	}
 	o.ids(c.ID, c.Model)
 	for i := range c.Choices {
-		if fr := c.Choices[i].FinishReason; len(fr) > 2 {
+		ch := &c.Choices[i]
+		fr := ch.FinishReason
+		finished := len(fr) > 2
+		if finished {
 			// The tracker caps finish reasons and counts the cut.
 			o.reason, _ = fr.text(1 << 10)
-			o.sawFinish = true
 		}
+		o.choices.see(ch.Index, finished)
 	}
 	if c.Error == rawFull || c.Object.is("error") || c.Type.is("error") {
 		o.errType = ErrorStream
@@ -213,7 +255,7 @@ func (o *observed) observe(c *chunkJSON) {
 		resp = &responseJSON{ID: c.ID, Model: c.Model, Status: c.Status, IncompleteDetails: c.IncompleteDetails, Usage: c.Usage}
 	}
 	if c.Type.is("response.completed") || c.Type.is("response.incomplete") || c.Type.is("response.failed") {
-		o.sawFinish, o.terminal = true, true
+		o.terminal = true
 	}
 	if resp != nil {
 		o.response(resp)

@@ -216,6 +216,17 @@ func (p *chunkParser) raw(dst *rawJSON) {
 	_ = dst.UnmarshalJSON(p.b[start:p.i])
 }
 
+// index reads a choice's index by its own UnmarshalJSON, as
+// encoding/json would.
+func (p *chunkParser) index(dst *choiceIndex) {
+	p.peek()
+	start := p.i
+	p.skip()
+	if !p.bad {
+		_ = dst.UnmarshalJSON(p.b[start:p.i])
+	}
+}
+
 // null reads a null.
 func (p *chunkParser) null() { p.literal("null") }
 
@@ -293,6 +304,9 @@ func (p *chunkParser) choice(ch *choiceJSON) {
 		case "finish_reason":
 			p.once(&seen, 1<<3)
 			p.text(&ch.FinishReason)
+		case "index":
+			p.once(&seen, 1<<4)
+			p.index(&ch.Index)
 		default:
 			p.skip()
 		}

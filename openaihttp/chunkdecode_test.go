@@ -38,6 +38,9 @@ var chunkSeeds = []string{
 	`{"usage":{"prompt_tokens":9223372036854775808}}`,
 	`{"usage":{"prompt_tokens":1.0}}`, `{"usage":{"prompt_tokens":1e3}}`, `{"usage":{"prompt_tokens":"5"}}`,
 	`{"usage":{"prompt_tokens":null,"completion_tokens":00}}`,
+	// Choice indexes the layer tracks or does not.
+	`{"choices":[{"index":1,"finish_reason":"stop"},{"index":null},{"index":127},{"index":128},{"index":-1},{"index":1.0},{"index":"0"},{"index":1e0}]}`,
+	`{"choices":[{"index":01}]}`, `{"choices":[{"index":0,"index":1}]}`,
 	// What the scanner leaves to encoding/json.
 	`{"ID":"upper","Choices":[{"Delta":{"Content":"x"}}]}`,
 	`{"id":"a","id":"b"}`, `{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`,

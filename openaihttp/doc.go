@@ -121,11 +121,16 @@
 //
 //   - The client went away before the response was complete (a write to it
 //     failed, or its context ended while the request was served): abort,
-//     at the moment it went. Complete means [DONE], a finish reason or a
-//     final Responses API event (SSE), or a first byte written (JSON). A
-//     client that left with every byte of a body whose Content-Length it
-//     was told did not abort: it closes at the last byte, which may be
-//     before the handler returns.
+//     at the moment it went. Complete means, for a stream, [DONE], a final
+//     Responses API event, or a finish reason for every choice (the
+//     request's n, 1 by default, or as many as the stream showed); for
+//     JSON, a first byte written. So a client that stops reading at the
+//     finish reason, before the usage chunk and [DONE], was served: the
+//     request ends with that finish reason. One that leaves while a choice
+//     is still streaming aborts, whichever others finished. A client that
+//     left with every byte of a body whose Content-Length it was told did
+//     not abort: it closes at the last byte, which may be before the
+//     handler returns.
 //   - The upstream failed before it answered (proxy): error, error.type
 //     connection_refused (502 to the client), timeout (504) or
 //     upstream_error (502).
@@ -136,9 +141,9 @@
 //   - An error event in the stream: error, stream_error
 //     (response_failed for a failed Responses API response).
 //   - The response ended early without a transport error — a stream
-//     without [DONE] or its final Responses event, a JSON object that never
-//     closed (a close-delimited body cut short): error,
-//     response_truncated.
+//     without [DONE] or its final Responses event (unless its client left
+//     once served), a JSON object that never closed (a close-delimited
+//     body cut short): error, response_truncated.
 //   - Otherwise the finish reason read from the response, "stop" if none.
 //
 // # Incoming trace context

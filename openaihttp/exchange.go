@@ -394,27 +394,52 @@ type outcome struct {
 	upstreamErrAt time.Time
 }
 
-// complete reports whether the client got the whole response before it
-// left: a stream's end ([DONE], a finish reason or a final Responses API
-// event), or any byte of another response.
 // delivered reports whether the client got every byte of a body whose
 // length the response promised.
 func (ex *exchange) delivered() bool { return ex.hasPromised && ex.bytesOut >= ex.promised }
 
+// complete reports whether the client got the whole response before it
+// left: a stream's end ([DONE], a final Responses API event, or a finish
+// reason for every choice), or any byte of another response.
 func (ex *exchange) complete() bool {
 	if ex.mode == modeSSE {
-		return ex.obs.sawDone || ex.obs.sawFinish
+		return ex.obs.sawDone || ex.obs.terminal || ex.obs.choices.all(ex.choicesAsked())
 	}
 	return ex.bytesOut > 0 // a write that began before the client left
 }
 
+// choicesAsked is the request's n: how many choices a stream has.
+func (ex *exchange) choicesAsked() int {
+	if n := ex.ri.Sampling.N; n != nil && *n > 1 {
+		return int(min(*n, maxChoices+1)) // more than the layer tracks: never all
+	}
+	return 1
+}
+
+// aborted reports whether the client left before it was served: a write
+// to it failed (for a stream, before every choice finished), or its
+// context ended before the response was complete. A client that left
+// with every byte of a body whose length it was told was served: it
+// closes as soon as it has the last byte, maybe before the handler
+// returns.
+func (ex *exchange) aborted(o *outcome) bool {
+	switch {
+	case !ex.writeErrAt.IsZero():
+		return ex.mode != modeSSE || !ex.complete()
+	case !o.gone.IsZero():
+		return !ex.complete() && !ex.delivered()
+	}
+	return false
+}
+
 // truncated reports a response that ended early without an error from the
 // transport: a stream without [DONE] or its final event, a JSON body
-// whose object never closed (a close-delimited body cut short).
-func (ex *exchange) truncated() bool {
+// whose object never closed (a close-delimited body cut short). A stream
+// whose client left once served (left) was ended by the client, not cut.
+func (ex *exchange) truncated(left bool) bool {
 	switch ex.mode {
 	case modeSSE:
-		return !ex.obs.terminal
+		return !ex.obs.terminal && !(left && ex.complete())
 	case modeJSON:
 		return !ex.body.complete() && !ex.body.bad
 	}
@@ -496,11 +521,9 @@ func (ex *exchange) readBodyEnd(o *outcome) {
 func (ex *exchange) finishUpdate(o *outcome) otelstats.Update {
 	u := otelstats.Update{Kind: otelstats.KindFinished, Time: o.end}
 	fail := func(t string) { u.FinishReason, u.ErrorType = otelstats.FinishError, t }
+	left := !ex.writeErrAt.IsZero() || !o.gone.IsZero()
 	switch {
-	case !ex.writeErrAt.IsZero() || (!o.gone.IsZero() && !ex.complete() && !ex.delivered()):
-		// A client that left with the whole of a body whose length it
-		// was told was served, not aborted: it closes as soon as it has
-		// the last byte, maybe before the handler returns.
+	case ex.aborted(o):
 		u.FinishReason = otelstats.FinishAbort
 		at := ex.writeErrAt
 		if at.IsZero() || (!o.gone.IsZero() && o.gone.Before(at)) {
@@ -517,11 +540,11 @@ func (ex *exchange) finishUpdate(o *outcome) otelstats.Update {
 		fail(ErrorPanic)
 	case ex.status >= 400:
 		fail(strconv.Itoa(ex.status))
-	case o.aborted && !(ex.complete() && !o.gone.IsZero()):
+	case o.aborted && !(ex.complete() && left):
 		fail(ErrorUpstream)
 	case ex.obs.errType != "":
 		fail(ex.obs.errType)
-	case ex.truncated():
+	case ex.truncated(left):
 		fail(ErrorTruncated)
 	case ex.obs.reason != "":
 		u.FinishReason = ex.obs.reason
