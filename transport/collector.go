@@ -34,6 +34,9 @@ const (
 	DefaultMaxBody     = 32 << 20
 	DefaultMaxConns    = 1024
 	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultHelloTimeout is as long as net/http's usual ReadHeaderTimeout:
+	// the Producer sends its HELLO the moment it connects.
+	DefaultHelloTimeout = 10 * time.Second
 )
 
 // Config configures a Collector.
@@ -56,16 +59,27 @@ type Config struct {
 	DrainGrace time.Duration
 	// MaxConns caps the producer connections open at once, over every
 	// listener given to Serve and a Server's HTTP listener together; one
-	// beyond it closes the oldest stream connection that has not sent a
-	// byte (counted as evicted), or, when all have spoken, is accepted and
-	// closed at once, counted as refused (default 1,024). Keep it below the process's file-descriptor limit:
-	// at that limit accepting fails, and Serve backs off and retries.
+	// beyond it closes the oldest connection whose producer has not proven
+	// itself — authenticated where Token is asked, else delivered a HELLO
+	// or an update — counted as evicted, or, when every one has, is
+	// accepted and closed at once, counted as refused (default 1,024). A
+	// proven producer is never evicted. Keep it below the process's
+	// file-descriptor limit: at that limit accepting fails, and Serve backs
+	// off and retries.
 	MaxConns int
 	// IdleTimeout closes a connection that delivers no byte for this long,
 	// counted as timeout (default 2 min; negative: never). A Producer sends
 	// a PING every ProducerConfig.PingInterval (30 s) while it has nothing
 	// to send, so only dead or hostile peers are closed.
 	IdleTimeout time.Duration
+	// HelloTimeout closes a stream connection that must present the token
+	// and has not delivered its HELLO carrying it this long after
+	// connecting, counted as timeout, or as unauthorized when it stops
+	// inside a JSON line (default 10 s; negative: never): a peer without
+	// the token holds no connection for longer, however it trickles
+	// bytes. Trusted listeners and HTTP (bounded by the Server's
+	// ReadHeaderTimeout and ReadTimeout) have no such bound.
+	HelloTimeout time.Duration
 	// Token, when set, must be presented by every producer that connects
 	// over TCP or HTTP: the first frame or line of its stream is a HELLO
 	// carrying it (an HTTP request may send "Authorization: Bearer TOKEN"
@@ -113,9 +127,9 @@ type Stats struct {
 	NoAnchor      int64 // monotonic times before any HELLO
 	Refused       int64 // connections closed at once: MaxConns were open
 	Unauthorized  int64 // streams ended for want of the token
-	TimedOut      int64 // streams closed by IdleTimeout (or an HTTP read timeout)
+	TimedOut      int64 // streams closed by IdleTimeout or HelloTimeout (or an HTTP read timeout)
 	AcceptErrors  int64 // failed accepts (the file-descriptor limit, …), retried
-	Evicted       int64 // connections that had sent nothing, closed at MaxConns to admit a new one
+	Evicted       int64 // connections whose producer was not proven yet (see MaxConns), closed at MaxConns to admit a new one
 }
 
 // StreamStats count what one stream carried.
@@ -155,11 +169,10 @@ type Collector struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[net.Conn]struct{}
-	// silent are the stream connections that have not delivered a byte,
-	// oldest first: at MaxConns a new connection closes the oldest of
-	// them instead of being refused, so connections that never speak
-	// cannot lock producers out (trusted ones on another listener too).
-	silent   list.List // of *idleConn
+	// pending are the connections, stream and HTTP, whose producer is not
+	// proven yet, oldest first: at MaxConns a new connection closes the
+	// oldest of them instead of being refused (see slot).
+	pending  list.List // of *slot
 	connWG   sync.WaitGroup
 	workerWG sync.WaitGroup
 	shutdown chan struct{}
@@ -208,6 +221,9 @@ func NewCollector(cfg Config) (*Collector, error) {
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.HelloTimeout == 0 {
+		cfg.HelloTimeout = DefaultHelloTimeout
 	}
 	if len(cfg.Token) > MaxTokenLen {
 		return nil, fmt.Errorf("transport: Config.Token is longer than %d bytes", MaxTokenLen)
@@ -349,7 +365,7 @@ func (c *Collector) enqueue(u *otelstats.Update) bool {
 // a connection aborted before it was accepted) is counted and retried after
 // a backoff of 5 ms doubling to 1 s, as net/http does: a flood never ends
 // the collector. A connection beyond Config.MaxConns takes the slot of the
-// oldest one that has sent nothing (evicted), or is closed at once
+// oldest one whose producer is not proven (evicted), or is closed at once
 // (refused).
 func (c *Collector) Serve(l net.Listener) error {
 	c.mu.Lock()
@@ -383,12 +399,12 @@ func (c *Collector) Serve(l net.Listener) error {
 			continue
 		}
 		backoff = 0
-		if !c.admitConn() && !c.evictSilent() {
+		if !c.admitConn() && !c.evictPending() {
 			c.refuse()
 			_ = conn.Close()
 			continue
 		}
-		ic := &idleConn{Conn: conn, c: c}
+		ic := c.newIdleConn(conn, needAuth)
 		c.mu.Lock()
 		if c.isShutdown() {
 			c.mu.Unlock()
@@ -397,7 +413,7 @@ func (c *Collector) Serve(l net.Listener) error {
 			return nil
 		}
 		c.conns[conn] = struct{}{}
-		ic.silent = c.silent.PushBack(ic)
+		ic.slot.pend()
 		c.connWG.Add(1)
 		c.mu.Unlock()
 		go c.serveConn(ic, needAuth)
@@ -408,35 +424,16 @@ func (c *Collector) serveConn(ic *idleConn, needAuth bool) {
 	defer c.connWG.Done()
 	defer c.releaseConn()
 	from := ic.RemoteAddr().String()
-	st := c.serveStream(ic, from, needAuth)
+	st := c.serve(&stream{c: c, needAuth: needAuth, slot: &ic.slot}, ic, from)
+	if ic.slot.evicted.Load() {
+		st.Err = ErrEvicted // not the bare "use of closed network connection"
+	}
 	_ = ic.Close()
 	c.mu.Lock()
 	delete(c.conns, ic.Conn)
-	ic.spoke()
+	ic.slot.unpend()
 	c.mu.Unlock()
 	c.logStream(from, &st)
-}
-
-// evictSilent closes the oldest connection that has sent nothing, so that
-// a new one takes its slot, and reports whether there was one. The slot
-// is handed over: the new connection holds it while the old one's
-// goroutine ends.
-func (c *Collector) evictSilent() bool {
-	c.mu.Lock()
-	e := c.silent.Front()
-	if e == nil {
-		c.mu.Unlock()
-		return false
-	}
-	old := e.Value.(*idleConn)
-	c.silent.Remove(e)
-	old.silent = nil
-	c.mu.Unlock()
-	_ = old.Conn.Close()
-	c.open.Add(1) // the old goroutine's releaseConn gives the old slot back
-	c.n.evicted.Add(1)
-	c.inst.errs.Add(context.Background(), 1, c.inst.errAttrs["evicted"])
-	return true
 }
 
 // admitConn takes one of MaxConns slots, or reports there is none.
@@ -448,8 +445,8 @@ func (c *Collector) admitConn() bool {
 	return true
 }
 
-// refuse counts a connection closed at once: MaxConns were open, none of
-// them silent.
+// refuse counts a connection closed at once: MaxConns were open, every
+// producer proven.
 func (c *Collector) refuse() {
 	c.n.refused.Add(1)
 	c.inst.errs.Add(context.Background(), 1, c.inst.errAttrs["refused"])
@@ -483,49 +480,53 @@ func (c *Collector) pause(d time.Duration) bool {
 }
 
 // idleConn closes a connection that delivers nothing for IdleTimeout: each
-// read pushes the deadline on. Once Close drains, the drain's deadline
-// holds.
+// read pushes the deadline on. A stream that must present the token has
+// until helloBy to do so (HelloTimeout). Once Close drains, the drain's
+// deadline holds.
 type idleConn struct {
 	net.Conn
-	c *Collector
-	// silent is the connection's place in c.silent until it delivers a
-	// byte (guarded by c.mu).
-	silent *list.Element
-	spoken atomic.Bool // it delivered a byte: Read need not lock c.mu again
+	slot    slot
+	helloBy int64 // Unix ns; 0: no bound
 }
 
-// spoke takes ic off the silent list for good. Called with c.mu held.
-func (ic *idleConn) spoke() {
-	if ic.silent != nil {
-		ic.c.silent.Remove(ic.silent)
-		ic.silent = nil
+func (c *Collector) newIdleConn(conn net.Conn, needAuth bool) *idleConn {
+	ic := &idleConn{Conn: conn, slot: slot{c: c, conn: conn}}
+	if needAuth && c.cfg.HelloTimeout > 0 {
+		ic.helloBy = time.Now().Add(c.cfg.HelloTimeout).UnixNano()
 	}
-	ic.spoken.Store(true)
+	return ic
 }
 
 func (ic *idleConn) Read(p []byte) (int, error) {
-	n, err := ic.read(p)
-	if n > 0 && !ic.spoken.Load() {
-		ic.c.mu.Lock()
-		ic.spoke()
-		ic.c.mu.Unlock()
+	c := ic.slot.c
+	var at int64 // Unix ns of the read deadline; 0: none
+	if d := c.cfg.IdleTimeout; d > 0 {
+		at = time.Now().Add(d).UnixNano()
 	}
-	return n, err
-}
-
-func (ic *idleConn) read(p []byte) (int, error) {
-	c := ic.c
-	if d := c.cfg.IdleTimeout; d > 0 || c.drainAt.Load() != 0 {
-		var at time.Time
-		if d > 0 {
-			at = time.Now().Add(d)
+	if ic.helloBy != 0 && !ic.slot.proven.Load() {
+		at = earliest(at, ic.helloBy)
+	}
+	if drain := c.drainAt.Load(); drain != 0 {
+		at = earliest(at, drain)
+	}
+	// A connection that had a HELLO bound must have it lifted once proven,
+	// even when nothing else bounds it.
+	if at != 0 || ic.helloBy != 0 {
+		var t time.Time
+		if at != 0 {
+			t = time.Unix(0, at)
 		}
-		if drain := c.drainAt.Load(); drain != 0 && (at.IsZero() || drain < at.UnixNano()) {
-			at = time.Unix(0, drain)
-		}
-		_ = ic.SetReadDeadline(at)
+		_ = ic.SetReadDeadline(t)
 	}
 	return ic.Conn.Read(p)
+}
+
+// earliest is the earlier of two Unix ns deadlines, 0 meaning none.
+func earliest(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 func (c *Collector) getReader(r io.Reader) *bufio.Reader {
@@ -592,6 +593,7 @@ func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	needAuth := c.cfg.Token != ""
+	sl, _ := r.Context().Value(slotKey{}).(*slot) // set by a Server's HTTP server
 	if tok, ok := bearer(r); ok && needAuth {
 		if subtle.ConstantTimeCompare([]byte(tok), []byte(c.cfg.Token)) != 1 {
 			c.n.unauthorized.Add(1)
@@ -601,9 +603,10 @@ func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		needAuth = false
+		sl.prove() // the token itself: the connection is proven before its body
 	}
 	body := http.MaxBytesReader(w, r.Body, c.cfg.MaxBody)
-	st := c.serve(&stream{c: c, needAuth: needAuth, http: true}, body, "http "+r.RemoteAddr)
+	st := c.serve(&stream{c: c, needAuth: needAuth, http: true, slot: sl}, body, "http "+r.RemoteAddr)
 	code := http.StatusAccepted
 	var mbe *http.MaxBytesError
 	switch {
@@ -711,7 +714,8 @@ const (
 	OutcomeKey = attributes.CollectorOutcome
 	// ErrorKey names a stream or connection error: malformed, truncated,
 	// oversized, garbage, no_anchor, refused (over MaxConns), evicted (a
-	// silent connection closed at MaxConns), unauthorized, timeout or accept.
+	// connection not yet proven closed at MaxConns), unauthorized, timeout
+	// or accept.
 	ErrorKey = attributes.CollectorError
 )
 

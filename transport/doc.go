@@ -62,16 +62,24 @@
 // as unauthorized. An HTTP request may instead send
 // "Authorization: Bearer TOKEN" (a wrong one is answered 401 before the
 // body is read). Tokens are compared in constant time and are at most
-// MaxTokenLen (256) bytes.
+// MaxTokenLen (256) bytes. A stream connection has Config.HelloTimeout
+// (10 s) from connecting to deliver that HELLO, however it trickles bytes;
+// then it is closed, counted as timeout (as unauthorized when it ends
+// inside a JSON line).
 //
 // # Limits
 //
 // Config.MaxConns (1,024) caps the connections open at once, stream and
-// HTTP together; one over it takes the slot of the oldest stream
-// connection that has not sent a byte, which is closed and counted as
-// evicted (idle connections cannot lock producers out), or, when every one
-// has spoken, is accepted and closed at once, counted as refused. Accept errors (the file-descriptor limit) are counted and
-// retried with a backoff of 5 ms doubling to 1 s. Config.IdleTimeout
+// HTTP together. A connection's producer is proven once it has presented
+// the token (a HELLO carrying it, or an HTTP request's bearer header) or,
+// where no token is asked, once it has delivered a HELLO or an update.
+// A connection over the cap takes the slot of the oldest connection not
+// yet proven — silent, or sending bytes that prove nothing — which is
+// closed and counted as evicted; when every one is proven, the newcomer
+// is accepted and closed at once, counted as refused. So peers without
+// the token cannot lock producers out, however they trickle, and a proven
+// producer is never evicted. Accept errors (the file-descriptor limit)
+// are counted and retried with a backoff of 5 ms doubling to 1 s. Config.IdleTimeout
 // (2 min) closes a connection that delivers no byte for that long, counted
 // as timeout: an idle producer sends a PING (binary frame type 0x03, or an
 // empty line in JSON) now and then — the Producer does every 30 s. A

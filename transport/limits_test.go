@@ -75,23 +75,19 @@ func TestAcceptErrorsBackOffAndGoOn(t *testing.T) {
 	}
 }
 
-// TestMaxConns: at the cap, with every connection held having spoken,
-// further connections are closed at once and counted; the ones held keep
-// working, and a slot freed is reused.
+// TestMaxConns: at the cap, with every producer held proven (its HELLO
+// delivered), further connections are closed at once and counted; the
+// ones held keep working, and a slot freed is reused.
 func TestMaxConns(t *testing.T) {
 	e := newEnv(t, Config{MaxConns: 3})
 	var held []net.Conn
 	for range 3 {
 		c := e.dial()
-		c.Write(AppendHeader(nil))
+		c.Write(AppendHello(AppendHeader(nil), Hello{WallNs: 1}))
 		held = append(held, c)
 	}
 	wait(t, "3 streams", func() bool { return e.c.Stats().ActiveStreams == 3 })
-	wait(t, "3 spoken", func() bool {
-		e.c.mu.Lock()
-		defer e.c.mu.Unlock()
-		return e.c.silent.Len() == 0
-	})
+	wait(t, "3 proven", func() bool { return e.pending() == 0 })
 	for range 4 {
 		c := e.dial()
 		c.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -128,18 +124,14 @@ func TestMaxConns(t *testing.T) {
 
 // TestMaxConnsEvictsSilent: connections that never send a byte cannot
 // lock producers out: at the cap a new connection closes the oldest silent
-// one (counted evicted), and its stream is recorded whole; connections that
-// have spoken are never evicted.
+// one (counted evicted), and its stream is recorded whole; a producer that
+// has delivered its HELLO is never evicted.
 func TestMaxConnsEvictsSilent(t *testing.T) {
 	e := newEnv(t, Config{MaxConns: 3})
 	spoken := e.dial()
-	spoken.Write(AppendHeader(nil))
+	spoken.Write(AppendHello(AppendHeader(nil), Hello{WallNs: 1}))
 	defer spoken.Close()
-	wait(t, "it spoke", func() bool {
-		e.c.mu.Lock()
-		defer e.c.mu.Unlock()
-		return e.c.Stats().ActiveStreams == 1 && e.c.silent.Len() == 0
-	})
+	wait(t, "it spoke", func() bool { return e.c.Stats().ActiveStreams == 1 && e.pending() == 0 })
 	var silent []net.Conn
 	for range 2 {
 		silent = append(silent, e.dial())
@@ -421,20 +413,23 @@ func TestServerHTTPLimits(t *testing.T) {
 	io.Copy(io.Discard, trickle)
 	trickle.Close()
 	wait(t, "the stalled body counted", func() bool { return srv.Collector().Stats().TimedOut == 1 })
-	// Two held connections fill the cap; a third is closed at once.
+	// Two silent connections fill the cap; a third closes the older
+	// (TestHTTPUnprovenEvicted has the rest of the rule).
 	a, _ := net.Dial("tcp", addr)
+	wait(t, "one conn held", func() bool { return srv.col.open.Load() == 1 })
 	b, _ := net.Dial("tcp", addr)
 	wait(t, "two conns held", func() bool { return srv.col.open.Load() == 2 })
 	c, _ := net.Dial("tcp", addr)
-	c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil {
-		t.Error("a third connection was served")
+	a.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := a.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the oldest silent connection was not evicted: %v", err)
 	}
-	c.Close()
-	if n := srv.Collector().Stats().Refused; n != 1 {
-		t.Errorf("%d refused, want 1", n)
+	a.Close()
+	if st := srv.Collector().Stats(); st.Evicted != 1 || st.Refused != 0 {
+		t.Errorf("stats %+v, want 1 evicted, none refused", st)
 	}
 	// A header over the cap is refused by net/http with 431.
+	a = c
 	a.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8192) + "\r\n\r\n"))
 	a.SetReadDeadline(time.Now().Add(20 * time.Second))
 	line := make([]byte, 12)

@@ -146,6 +146,7 @@ func (s *Server) listen() error {
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnContext:       connSlot,
 	}
 	return nil
 }
@@ -243,7 +244,10 @@ func (s *Server) closeListeners() {
 }
 
 // limitListener holds the HTTP server's connections to the collector's
-// MaxConns, shared with its stream listeners.
+// MaxConns, shared with its stream listeners. A connection is evictable, as
+// a stream's is, until one of its requests proves its producer: the token
+// presented (a bearer header or the body's HELLO), or, with none asked, a
+// body that delivered a HELLO or an update.
 type limitListener struct {
 	net.Listener
 	c *Collector
@@ -255,8 +259,12 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err // net/http backs off on temporary errors
 		}
-		if l.c.admitConn() || l.c.evictSilent() {
-			return &releaseConn{Conn: conn, c: l.c}, nil
+		if l.c.admitConn() || l.c.evictPending() {
+			rc := &releaseConn{Conn: conn, slot: slot{c: l.c, conn: conn}}
+			l.c.mu.Lock()
+			rc.slot.pend()
+			l.c.mu.Unlock()
+			return rc, nil
 		}
 		l.c.refuse()
 		_ = conn.Close()
@@ -266,11 +274,26 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // releaseConn gives its slot back once, at the first Close.
 type releaseConn struct {
 	net.Conn
-	c    *Collector
+	slot slot
 	once sync.Once
 }
 
 func (rc *releaseConn) Close() error {
-	rc.once.Do(rc.c.releaseConn)
+	c := rc.slot.c
+	c.mu.Lock()
+	rc.slot.unpend()
+	c.mu.Unlock()
+	rc.once.Do(c.releaseConn)
 	return rc.Conn.Close()
+}
+
+// slotKey keys a request's context to its connection's slot.
+type slotKey struct{}
+
+// connSlot lets serveUpdates prove the connection a request came on.
+func connSlot(ctx context.Context, conn net.Conn) context.Context {
+	if rc, ok := conn.(*releaseConn); ok {
+		return context.WithValue(ctx, slotKey{}, &rc.slot)
+	}
+	return ctx
 }

@@ -21,6 +21,10 @@ var ErrUnauthorized = errors.New("transport: stream did not open with a HELLO ca
 // (or an HTTP body that outlasted the server's read timeout).
 var ErrTimeout = errors.New("transport: no data within the timeout")
 
+// ErrEvicted ends a stream whose connection was closed at Config.MaxConns
+// to admit a newcomer, before its producer was proven.
+var ErrEvicted = errors.New("transport: closed at the connection cap before presenting the token or a HELLO or update")
+
 // stream is the state of one stream being read.
 type stream struct {
 	c     *Collector
@@ -34,6 +38,10 @@ type stream struct {
 	// HTTP body, whose presence outlives it (httpPresence).
 	sides [3]func()
 	http  bool
+	// slot is the connection's place among MaxConns, proven (never
+	// evicted) by the stream's first HELLO or update; nil when there is
+	// none, or once proven.
+	slot *slot
 }
 
 // ServeStream reads one stream (a connection, stdin, an HTTP body) to its end
@@ -41,11 +49,7 @@ type stream struct {
 // for (Serve and Handler ask for it where Config.Token says). It is safe to
 // call from many goroutines at once, for different streams.
 func (c *Collector) ServeStream(r io.Reader, name string) StreamStats {
-	return c.serveStream(r, name, false)
-}
-
-func (c *Collector) serveStream(r io.Reader, name string, needAuth bool) StreamStats {
-	return c.serve(&stream{c: c, needAuth: needAuth}, r, name)
+	return c.serve(&stream{c: c}, r, name)
 }
 
 func (c *Collector) serve(s *stream, r io.Reader, name string) StreamStats {
@@ -216,6 +220,7 @@ func (s *stream) frame(f *Frame) bool {
 // stamped maps st onto wall time, sets it as u's time and queues u, or
 // rejects u when st cannot be mapped.
 func (s *stream) stamped(u *otelstats.Update, st Stamp) {
+	s.proven()
 	t, e := s.clock.wall(st)
 	switch e {
 	case clockNoAnchor:
@@ -283,7 +288,18 @@ func updateSide(u *otelstats.Update) otelstats.Side {
 	return otelstats.SideEngine // the scheduler's kinds, KV transfers, encoder runs
 }
 
+// proven protects the stream's connection from eviction: it delivered a
+// HELLO or an update, which needAuth lets through only once the token
+// was presented.
+func (s *stream) proven() {
+	if s.slot != nil {
+		s.slot.prove()
+		s.slot = nil
+	}
+}
+
 func (s *stream) hello(h Hello) {
+	s.proven()
 	s.present(h.Side)
 	s.clock.hello(h, s.c.cfg.now().UnixNano(), s.c.cfg.AlignClocks)
 	if h.Producer != "" {
