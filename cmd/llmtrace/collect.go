@@ -136,7 +136,7 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 	fs.BoolVar(&cc.AlignClocks, "align-clocks", false, "map every producer onto this process's wall clock at its HELLO (same-host producers with skewed clocks)")
 	fs.BoolVar(&sc.AllowRemote, "allow-remote", false, "allow -listen tcp: and -http addresses that are not loopback (give a token too)")
 	fs.StringVar(&cfg.tokenFile, "token-file", "", "require this file's first line as the shared token from TCP and HTTP producers (default: $"+envToken+" when set)")
-	fs.IntVar(&cc.MaxConns, "max-conns", transport.DefaultMaxConns, "producer connections open at once (streams and HTTP); beyond it a connection is closed and counted as refused")
+	fs.IntVar(&cc.MaxConns, "max-conns", transport.DefaultMaxConns, "producer connections open at once (streams and HTTP); beyond it the oldest that has not presented the token (without one: a HELLO or update) is closed, counted as evicted, else the newcomer, counted as refused")
 	fs.DurationVar(&cc.IdleTimeout, "idle-timeout", transport.DefaultIdleTimeout, "close a producer connection that sends nothing for this long (negative: never)")
 	fs.Var(&maxBody, "max-body", "largest POST /v1/updates body (what precedes the limit is recorded; the rest answered 413)")
 	fs.IntVar(&cc.QueueSize, "queue", transport.DefaultQueueSize, "updates decoded but not yet recorded; beyond it updates are dropped and counted")
