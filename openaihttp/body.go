@@ -199,13 +199,14 @@ func (b *scanBody) drain(limit int, failed bool) {
 	}
 }
 
-// result returns what the body said so far, and when it was read.
-func (b *scanBody) result() (ri requestInfo, model, problem string, end time.Time, input string) {
+// result returns what the body said so far, and when it was read; the
+// prompt, when the scanner kept it, and whether it is only its head.
+func (b *scanBody) result() (ri requestInfo, model, problem string, end time.Time, input string, inputCut bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ri = requestInfoOf(b.s)
 	model, problem = modelOf(b.s, &ri, b.eof)
-	input = captureInputOf(b.s)
+	input, inputCut = captureInputOf(b.s)
 	b.s.release()
-	return ri, model, problem, b.end, input
+	return ri, model, problem, b.end, input, inputCut
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -17,9 +18,10 @@ import (
 // side is the proxy or the middleware in front of an upstream handler,
 // for tests that hold both to the same rules.
 type side struct {
-	url   string
-	stats func() otelstats.RequestStats // the first finished request's
-	root  func(otelstats.RequestStats) sdktrace.ReadOnlySpan
+	url     string
+	stats   func() otelstats.RequestStats // the first finished request's
+	root    func(otelstats.RequestStats) sdktrace.ReadOnlySpan
+	metrics func() map[string]metricdata.Aggregation
 }
 
 // eachSide runs f with the proxy in front of up, then with the middleware
@@ -31,14 +33,16 @@ func eachSide(t *testing.T, up http.Handler, opts []otelstats.Option, f func(t *
 			stats: func() otelstats.RequestStats { return h.waitStats(1)[0] },
 			root: func(s otelstats.RequestStats) sdktrace.ReadOnlySpan {
 				return h.spansOf(s.TraceID)["chat m"][0]
-			}})
+			},
+			metrics: h.collect})
 	})
 	t.Run("middleware", func(t *testing.T) {
 		x := newH(t, opts...)
 		srv, _ := serve(t, x.handler(up, x.tr))
 		f(t, side{url: srv.URL,
-			stats: func() otelstats.RequestStats { return x.wait(1)[0] },
-			root:  func(otelstats.RequestStats) sdktrace.ReadOnlySpan { return x.span("chat m") }})
+			stats:   func() otelstats.RequestStats { return x.wait(1)[0] },
+			root:    func(otelstats.RequestStats) sdktrace.ReadOnlySpan { return x.span("chat m") },
+			metrics: x.metrics})
 	})
 }
 

@@ -10,9 +10,10 @@ import (
 // Opt-in content capture (SPEC §6): only when the tracker captures content
 // (otelstats.WithContentCapture; otelconf reads
 // OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT) does the layer keep
-// the prompt (the request's messages, prompt or input, up to maxCapture of
-// JSON) and assemble the completion from the response; the tracker redacts
-// and caps both.
+// the prompt (the request's messages, prompt or input: its first
+// maxCapture bytes of JSON, cut on a UTF-8 boundary and outside an escape,
+// the cut counted in llm.attributes.truncated) and assemble the completion
+// from the response; the tracker redacts and caps both.
 
 // maxCapture bounds what the layer keeps per request before the tracker's
 // own cap.

@@ -100,9 +100,10 @@ type exchange struct {
 
 	stall *stallDetector // the proxy's; nil in the middleware
 
-	capture bool
-	input   string
-	output  strings.Builder
+	capture  bool
+	input    string
+	inputCut bool // input is the prompt's head only
+	output   strings.Builder
 
 	trailerKey, trailer string // Server-Timing on a stream (servertiming.go)
 
@@ -470,6 +471,9 @@ func (ex *exchange) finish(o outcome, metrics func(otelstats.Update)) otelstats.
 	}
 	if ex.capture {
 		ex.q.RecordContent(ex.input, ex.output.String())
+		if ex.inputCut {
+			ex.cfg.countTruncated(attributes.InputMessages)
+		}
 	}
 	ex.timingTrailer(u.Time)
 	if ex.obs.cutID {

@@ -99,7 +99,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.cfg.noteBody(q, r, route, &ri, problem)
 	ex.begin(q, ri, parsedAt, isResponsesAPI(route), capture)
 	if capture {
-		ex.input = captureInputOf(sc)
+		ex.input, ex.inputCut = captureInputOf(sc)
 	}
 	sc.release()
 

@@ -453,12 +453,12 @@ func (c *call) arrive() {
 	c.arrived = true
 	var ri requestInfo
 	model, problem := UnknownModel, BodyNotJSON
-	parsed, input := time.Time{}, ""
+	parsed, input, inputCut := time.Time{}, "", false
 	if c.body != nil {
 		if c.upErr != "" {
 			c.body.drain(c.p.cfg.maxBody, true)
 		}
-		ri, model, problem, parsed, input = c.body.result()
+		ri, model, problem, parsed, input, inputCut = c.body.result()
 	}
 	if parsed.IsZero() {
 		parsed = time.Now()
@@ -469,7 +469,7 @@ func (c *call) arrive() {
 	c.p.cfg.noteBody(q, c.r, c.route, &ri, problem)
 	capture := c.p.t.CapturesContent()
 	ex.begin(q, ri, parsed, isResponsesAPI(c.route), capture)
-	ex.input = input
+	ex.input, ex.inputCut = input, inputCut
 }
 
 // finish records the request's end and its metrics.

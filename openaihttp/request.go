@@ -73,10 +73,12 @@ var requestFields = &fieldSet{
 		capScalar, capScalar, capScalar, capScalar, capScalar, capScalar, capStop},
 }
 
-// requestFieldsCapture adds the prompt's fields, kept up to maxCapture.
+// requestFieldsCapture adds the prompt's fields, of which the first
+// maxCapture bytes are kept.
 var requestFieldsCapture = &fieldSet{
-	keys: append(append([]string(nil), requestFields.keys...), "messages", "prompt", "input"),
-	caps: append(append([]int(nil), requestFields.caps...), maxCapture, maxCapture, maxCapture),
+	keys:  append(append([]string(nil), requestFields.keys...), "messages", "prompt", "input"),
+	caps:  append(append([]int(nil), requestFields.caps...), maxCapture, maxCapture, maxCapture),
+	heads: 1<<reqMessages | 1<<reqPrompt | 1<<reqInput,
 }
 
 // info decodes what the scanner kept.
@@ -126,23 +128,92 @@ func requestInfoOf(s *fieldScanner) requestInfo {
 }
 
 // captureInputOf returns the request's messages, prompt or input as raw
-// JSON (a string prompt unquoted), when the scanner kept them.
-func captureInputOf(s *fieldScanner) string {
+// JSON (a string prompt unquoted), when the scanner kept them; cut says
+// it is their head only: they were longer than maxCapture, or beyond what
+// was read.
+func captureInputOf(s *fieldScanner) (input string, cut bool) {
 	if len(s.vals) <= reqInput {
-		return ""
+		return "", false
 	}
 	for _, i := range []int{reqMessages, reqPrompt, reqInput} {
-		raw, _ := s.value(i)
+		raw, cut := s.head(i)
 		if len(raw) == 0 || string(raw) == "null" {
 			continue
 		}
+		if cut {
+			return headText(raw), true
+		}
 		var str string
 		if json.Unmarshal(raw, &str) == nil {
-			return str
+			return str, false
 		}
-		return string(raw)
+		return string(raw), false
 	}
-	return ""
+	return "", false
+}
+
+// headText is the head of a JSON value cut short, as text: a string's
+// unquoted (an escape cut in two left out), anything else's raw JSON;
+// either without a rune cut in two, as the completion is cut.
+func headText(raw []byte) string {
+	if raw[0] == '"' {
+		head := wholeRunes(stringHead(raw))
+		var s string
+		if json.Unmarshal(append(head[:len(head):len(head)], '"'), &s) == nil {
+			return s
+		}
+	}
+	return string(wholeRunes(raw))
+}
+
+// stringHead is the part of a JSON string cut short (its opening quote,
+// no closing one) that ends outside an escape: an escape cut in two is
+// left out.
+func stringHead(raw []byte) []byte {
+	for i := 1; ; {
+		j := bytes.IndexByte(raw[i:], '\\')
+		if j < 0 {
+			return raw
+		}
+		i += j
+		n := escapeLen(raw[i:])
+		if i+n > len(raw) {
+			return raw[:i]
+		}
+		i += n
+	}
+}
+
+// escapeLen is the length of the escape e begins with. A surrogate pair's
+// first half counts its second, which may be cut off: alone it would
+// decode as U+FFFD.
+func escapeLen(e []byte) int {
+	switch {
+	case len(e) < 2 || e[1] != 'u':
+		return 2
+	case len(e) >= 6 && isHighSurrogate(e[2:6]) && (len(e) < 8 || e[6] == '\\' && e[7] == 'u'):
+		return 12
+	}
+	return 6
+}
+
+// isHighSurrogate reports whether hex, four hex digits, is U+D800–U+DBFF.
+func isHighSurrogate(hex []byte) bool {
+	v, err := strconv.ParseUint(string(hex), 16, 16)
+	return err == nil && v >= 0xD800 && v <= 0xDBFF
+}
+
+// wholeRunes is b without a UTF-8 sequence cut in two at its end.
+func wholeRunes(b []byte) []byte {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i]
+			}
+			break
+		}
+	}
+	return b
 }
 
 // float reads a number as encoding/json would into a float64 (nil for

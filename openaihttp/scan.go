@@ -14,8 +14,9 @@ import (
 // Keys match without regard to case and a later duplicate replaces an
 // earlier one, as in encoding/json. A value cut off (the input ended or
 // broke inside it) is not kept; values completed before a syntax error
-// are. The zero value is not usable: use newFieldScanner. Not safe for
-// concurrent use.
+// are. A key whose head the set keeps (fieldSet.heads) keeps the first
+// cap bytes of a longer or cut-off value instead, for head. The zero value
+// is not usable: use newFieldScanner. Not safe for concurrent use.
 type fieldScanner struct {
 	set  *fieldSet
 	vals []fieldValue // per wanted key
@@ -49,7 +50,14 @@ type fieldValue struct {
 type fieldSet struct {
 	keys []string
 	caps []int
+	// heads has bit i set when a value of key i longer than its cap keeps
+	// its first cap bytes rather than nothing: a prompt captured as
+	// content is worth its head, a number or a model cut short is not.
+	heads uint64
 }
+
+// keepsHead reports whether wanted key i keeps the head of a long value.
+func (fs *fieldSet) keepsHead(i int) bool { return fs.heads&(1<<i) != 0 }
 
 // index returns the wanted index of key (already lower-cased), or -1.
 func (fs *fieldSet) index(key []byte) int {
@@ -98,6 +106,14 @@ func (s *fieldScanner) value(i int) (json.RawMessage, bool) {
 		return nil, v.over
 	}
 	return s.buf[v.start:v.end:v.end], v.over
+}
+
+// head returns what was kept of wanted key i's raw value, whole or not,
+// and whether it is only the head: the value was over its cap (a key that
+// keeps its head, fieldSet.heads) or the input ended inside it.
+func (s *fieldScanner) head(i int) (raw []byte, cut bool) {
+	v := &s.vals[i]
+	return s.buf[v.start:v.end:v.end], !v.ok
 }
 
 // feed reads the next bytes of the object.
@@ -378,9 +394,13 @@ func (s *fieldScanner) capture(b []byte) {
 		return
 	}
 	v := &s.vals[i]
-	if v.end-v.start+len(b) > s.set.caps[i] {
-		s.drop(i)
-		return
+	over := v.end-v.start+len(b) > s.set.caps[i]
+	if over {
+		if !s.set.keepsHead(i) {
+			s.drop(i)
+			return
+		}
+		b = b[:s.set.caps[i]-(v.end-v.start)]
 	}
 	if len(s.buf)+len(b) > cap(s.buf) {
 		grown := max(2*cap(s.buf), len(s.buf)+len(b), 64)
@@ -393,12 +413,17 @@ func (s *fieldScanner) capture(b []byte) {
 		s.buf = n
 	}
 	s.buf = append(s.buf, b...)
-	v.end = len(s.buf)
+	v.end, v.over = len(s.buf), over
 }
 
-// drop gives up the value being read (it is the last in buf).
+// drop gives up the value being read (it is the last in buf); a key that
+// keeps its head keeps what it has.
 func (s *fieldScanner) drop(i int) {
 	v := &s.vals[i]
+	if s.set.keepsHead(i) {
+		v.over = true
+		return
+	}
 	s.buf = s.buf[:v.start]
 	*v = fieldValue{start: v.start, end: v.start, over: true}
 }
