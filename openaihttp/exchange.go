@@ -90,6 +90,7 @@ type exchange struct {
 	// Deliveries not yet recorded: all of them while waiting for the final
 	// usage, else the last one only, whose count the usage may correct.
 	live         bool
+	keptAlive    time.Time // the last KeepAlive while not live
 	pending      []pendingDelivery
 	pendingBuf   [2]pendingDelivery // pending's storage while live
 	recorded     int64
@@ -282,8 +283,18 @@ func (ex *exchange) deliver(at time.Time, n int) {
 	}
 	if ex.live {
 		ex.flush(true)
+	} else if at.Sub(ex.keptAlive) >= keepAliveEvery {
+		// Nothing reaches the tracker until the usage: tell it the
+		// stream goes on, or its TTL would end the request as abandoned.
+		ex.keptAlive = at
+		ex.q.KeepAlive(at)
 	}
 }
+
+// keepAliveEvery is how often a stream whose deliveries are held tells the
+// tracker it is alive: often enough for any TTL worth setting, rarely
+// enough to cost nothing.
+const keepAliveEvery = 100 * time.Millisecond
 
 // flush records the pending deliveries, each its choices' worth of
 // tokens, but the last when keepLast.

@@ -207,6 +207,31 @@ func (q *Request) InputProcessed(at time.Time, promptTokens int, sp *SamplingPar
 	return q.Record(Update{Kind: KindInputProcessed, Time: at, NumPromptTokens: promptTokens, Sampling: sp})
 }
 
+// KeepAlive tells the tracker the request is still in progress at at
+// without recording an update: its TTL (WithRequestTTL) counts from its
+// latest update or KeepAlive. An HTTP layer that holds a stream's
+// deliveries until its final usage says how large the prompt was calls it
+// as the stream goes on, so that a long stream is not ended as abandoned
+// while its chunks flow. Nothing else changes; a time out of bounds, a
+// finished request, a rejected arrival's handle and a closed tracker are
+// ignored. It does not allocate.
+func (q *Request) KeepAlive(at time.Time) {
+	t, r := q.t, q.r
+	if r == nil || t.closed.Load() {
+		return
+	}
+	ns := t.ns(at)
+	if !t.inBound(ns) {
+		return
+	}
+	now := t.now(ns)
+	r.mu.Lock()
+	if !r.done.Load() {
+		r.touched = max(r.touched, now)
+	}
+	r.mu.Unlock()
+}
+
 // Detokenized records a delivery of newTokens tokens towards the client;
 // busy is the time spent detokenizing, if known.
 func (q *Request) Detokenized(at time.Time, newTokens int, busy time.Duration) error {

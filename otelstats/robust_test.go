@@ -22,6 +22,33 @@ import (
 	"github.com/llmtrace/llmtrace/attributes"
 )
 
+// KeepAlive moves a request's TTL on without recording anything: a
+// stream whose deliveries an HTTP layer holds is not abandoned while it
+// flows, and is once it stops.
+func TestKeepAlive(t *testing.T) {
+	h := newHarness(t, WithRequestTTL(time.Minute))
+	q, err := h.tr.Arrive(context.Background(), "held", Arrival{Time: at(0), Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { q.KeepAlive(at(59_000)) }); n != 0 {
+		t.Errorf("KeepAlive allocates %v", n)
+	}
+	h.tr.Sweep(at(61_000))
+	if len(h.stats) != 0 || h.tr.InFlight() != 1 {
+		t.Fatal("abandoned within a minute of its KeepAlive")
+	}
+	q.KeepAlive(at(-1))           // out of bounds: ignored
+	(&Request{}).KeepAlive(at(1)) // a rejected arrival's handle
+	h.tr.Sweep(at(119_000))       // a minute after the last KeepAlive
+	s := h.statsOf("held")
+	if s.FinishReason != FinishAbandoned {
+		t.Fatalf("reason %q, want abandoned", s.FinishReason)
+	}
+	wantLatency(t, "e2e ends at the last update, not the KeepAlive", s.E2ELatency, 0)
+	q.KeepAlive(at(120_000)) // finished: ignored
+}
+
 func TestAbandonedAfterTTL(t *testing.T) {
 	h := newHarness(t, WithRequestTTL(time.Minute))
 	h.must(Update{RequestID: "gone", Kind: KindArrived, Time: at(0), Model: "m"})
