@@ -230,6 +230,7 @@ func (t *Tracker) finished(r *reqState, u *Update, side Side, now int64) bool {
 	}
 	if t.waitForOther(r, side, now) {
 		r.waitUntil = now + int64(t.cfg.frontendGrace)
+		r.sh.dueBy(r.waitUntil)
 		return false
 	}
 	return true

@@ -1069,3 +1069,31 @@ func BenchmarkTimeNow(b *testing.B) {
 	}
 	cpu.report(b)
 }
+
+// BenchmarkSweepOpenRequests is one sweep of a tracker holding 100,000
+// requests that have not finished and are far from their TTL (a collector
+// whose producers stopped, a replayed log whose requests never end): what
+// the sweep, every 100 ms live or each second of a log, costs while none
+// can expire.
+func BenchmarkSweepOpenRequests(b *testing.B) {
+	tr, err := otelstats.NewTracker(otelstats.WithRequestTTL(10 * time.Minute))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	t0 := time.Unix(1_700_000_000, 0)
+	for i := range 100_000 {
+		if _, err := tr.Arrive(context.Background(), "r"+strconv.Itoa(i), otelstats.Arrival{Time: t0, Model: benchModel}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		tr.Sweep(t0.Add(time.Duration(i) * time.Millisecond))
+	}
+	if tr.InFlight() != 100_000 {
+		b.Fatalf("%d in flight", tr.InFlight())
+	}
+}

@@ -741,3 +741,52 @@ func TestSchedulerStatsRejected(t *testing.T) {
 		}
 	}
 }
+
+// A sweep scans a shard only once one of its requests may have expired
+// (shard.due), so requests piling up without a FINISHED cost a sweep
+// nothing until one could end: a replayed log of 40,000 open requests took
+// minutes, and a collector holding 200,000 burned most of a core idle.
+// due is a lower bound that a wait lowers and a scan recomputes.
+func TestShardDue(t *testing.T) {
+	h := newHarness(t, WithRequestTTL(time.Minute), WithFrontendGrace(2*time.Second))
+	for i := range 100 {
+		h.must(arrived(fmt.Sprintf("r%d", i), float64(i), "m", "chat"))
+	}
+	earliest := func() int64 {
+		d := int64(math.MaxInt64)
+		for i := range h.tr.shards {
+			d = min(d, h.tr.shards[i].due.Load())
+		}
+		return d
+	}
+	if got, want := earliest(), h.tr.ns(at(0))+int64(time.Minute); got != want {
+		t.Fatalf("due %d, want the first arrival's TTL %d", got, want)
+	}
+	h.tr.Sweep(at(30_000))
+	if got, want := earliest(), h.tr.ns(at(0))+int64(time.Minute); got != want {
+		t.Errorf("a sweep before it moved due to %d", got)
+	}
+	// r5's engine finishes with its frontend reporting: it waits 2 s.
+	h.must(inputProcessed("r5", 30_001, 3))
+	h.must(queued("r5", 30_002))
+	h.must(prefilling("r5", 30_003, 3, 0))
+	h.must(decoding("r5", 30_004, 1))
+	h.must(enFinished("r5", 30_005, "stop"))
+	if got, want := earliest(), h.tr.ns(at(30_005))+int64(2*time.Second); got > want {
+		t.Errorf("due %d after a wait began, want at most %d", got, want)
+	}
+	h.tr.Sweep(at(32_005))
+	if s := h.statsOf("r5"); s.FinishReason != "stop" {
+		t.Errorf("r5 %q", s.FinishReason)
+	}
+	if got, want := earliest(), h.tr.ns(at(0))+int64(time.Minute); got != want {
+		t.Errorf("due %d after the wait ended, want %d", got, want)
+	}
+	h.tr.Sweep(at(60_050)) // r0 … r50 idle for a minute
+	if n := h.tr.InFlight(); n != 49 {
+		t.Errorf("%d in flight, want 49", n)
+	}
+	if got, want := earliest(), h.tr.ns(at(51))+int64(time.Minute); got != want {
+		t.Errorf("due %d, want r51's TTL %d", got, want)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +41,10 @@ type shard struct {
 	held   map[string][]heldUpdate
 	recent [recentSize]recentKey
 	rpos   int
+	// due is the earliest time one of reqs may expire (TTL or the wait for
+	// the other side), a lower bound: a sweep scans the shard only once it
+	// has come, so requests piling up cost nothing until one could end.
+	due atomic.Int64
 
 	// Counters for the stats log, written under mu, read atomically.
 	promptTok atomic.Int64
@@ -152,6 +157,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 	for i := range t.shards {
 		t.shards[i].reqs = make(map[string]*reqState)
 		t.shards[i].held = make(map[string][]heldUpdate)
+		t.shards[i].due.Store(math.MaxInt64)
 	}
 	t.trees.New = func() any { return &treeBuf{} }
 	if cfg.autoSweep > 0 {
@@ -465,6 +471,9 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *A
 		r.headDropped = t.decideHead(parent, r.trusted, r.traceID, op, r.model) == HeadDropped
 	}
 	r.spanID = spans.NewSpanID()
+	if ttl := int64(t.cfg.requestTTL); ttl > 0 {
+		sh.dueBy(r.touched + ttl)
+	}
 	return r
 }
 
@@ -659,12 +668,14 @@ func (t *Tracker) sweep(now int64, all bool) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		if len(sh.reqs) > 0 || len(sh.held) > 0 {
+		if len(sh.reqs) > 0 && (all || now >= sh.due.Load()) {
 			start := len(done)
 			done = t.expireRequests(sh, now, all, done)
 			for _, e := range done[start:] {
 				sh.unlink(e.r)
 			}
+		}
+		if len(sh.held) > 0 {
 			rejects = t.expireHeld(sh, now, all, rejects)
 		}
 		sh.mu.Unlock()
@@ -682,23 +693,43 @@ func (t *Tracker) sweep(now int64, all bool) {
 // them to done. Called with sh.mu held.
 func (t *Tracker) expireRequests(sh *shard, now int64, all bool, done []ended) []ended {
 	ttl := int64(t.cfg.requestTTL)
+	// A wait set while we scan lowers due after this store, so the
+	// store below, a minimum too, cannot lose it.
+	sh.due.Store(math.MaxInt64)
+	next := int64(math.MaxInt64)
 	for _, head := range sh.reqs {
 		for c := head; c != nil; c = c.next {
 			c.mu.Lock()
 			if !c.done.Load() {
+				idle := ttl > 0 && c.feFinish == 0 && c.enFinish == 0
 				switch {
 				case c.waitUntil != 0 && (all || now >= c.waitUntil):
 					c.done.Store(true)
 					done = append(done, ended{c, ""})
-				case ttl > 0 && now-c.touched >= ttl && c.feFinish == 0 && c.enFinish == 0:
+				case idle && now-c.touched >= ttl:
 					c.done.Store(true)
 					done = append(done, ended{c, FinishAbandoned})
+				case c.waitUntil != 0:
+					next = min(next, c.waitUntil)
+				case idle:
+					next = min(next, c.touched+ttl)
 				}
 			}
 			c.mu.Unlock()
 		}
 	}
+	sh.dueBy(next)
 	return done
+}
+
+// dueBy lowers sh.due to ns: one of its requests may expire then.
+func (sh *shard) dueBy(ns int64) {
+	for {
+		old := sh.due.Load()
+		if ns >= old || sh.due.CompareAndSwap(old, ns) {
+			return
+		}
+	}
 }
 
 // expireHeld rejects sh's held updates whose ARRIVED did not come within the
