@@ -242,7 +242,7 @@ func (q *Request) Detokenized(at time.Time, newTokens int, busy time.Duration) e
 		if ns := t.ns(at); t.inBound(ns) {
 			now := t.now(ns)
 			r.mu.Lock()
-			if !r.done.Load() && allowed[SideFrontend][KindDetokenized]&(1<<r.fe.last) != 0 && ns >= r.fe.time {
+			if !r.done.Load() && allowed[SideFrontend][KindDetokenized]&(1<<r.fe.last) != 0 && ns >= r.fe.time && !r.waitOver(now) {
 				r.fe.last, r.fe.time = KindDetokenized, ns
 				r.touched = max(r.touched, now)
 				t.saw(SideFrontend, now)

@@ -228,7 +228,7 @@ func (t *Tracker) stepSpec(s *Step, fast bool, ns, now, step int64, batch int32,
 // plain store: now only moves forward, and a race between two updates of
 // one request moves the TTL's start by microseconds.
 func (r *reqState) claimDecode(ns, now int64) bool {
-	if r.done.Load() || r.en.last != KindDecoding && r.en.last != KindPrefilling || ns < r.en.time {
+	if r.done.Load() || r.en.last != KindDecoding && r.en.last != KindPrefilling || ns < r.en.time || r.waitOver(now) {
 		return false
 	}
 	r.en.last, r.en.time, r.touched = KindDecoding, ns, now

@@ -315,6 +315,13 @@ func (t *Tracker) applyTo(r *reqState, u *Update, side Side, ns int64) (complete
 	if r.done.Load() {
 		return false, true, nil
 	}
+	if r.waitOver(t.now(ns)) {
+		// The wait for this side ended before its update came; no sweep
+		// has ended the request yet. Whether one ran in between must not
+		// decide (a replayed log's result would hang on unrelated lines).
+		r.done.Store(true)
+		return true, false, reject(u, side, ReasonAfterFinished, "the wait for this side's updates ended before it came")
+	}
 	complete, rerr = t.apply(r, u, side, ns)
 	if complete {
 		r.done.Store(true)
@@ -721,6 +728,10 @@ func (t *Tracker) expireRequests(sh *shard, now int64, all bool, done []ended) [
 	sh.dueBy(next)
 	return done
 }
+
+// waitOver reports whether r, finished on one side, waited for the other
+// until now in vain. Called with r.mu held.
+func (r *reqState) waitOver(now int64) bool { return r.waitUntil != 0 && now >= r.waitUntil }
 
 // dueBy lowers sh.due to ns: one of its requests may expire then.
 func (sh *shard) dueBy(ns int64) {

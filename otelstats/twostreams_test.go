@@ -1,6 +1,8 @@
 package otelstats
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -191,5 +193,69 @@ func TestTwoStreamsAnyOrder(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestWaitEndsAtItsTime (SPEC §1): an update of the side a request waits
+// for that comes after the grace period is rejected as after_finished, and
+// the request ends as the wait's end would have ended it — whether or not
+// a sweep ran in between. A replayed log's result hung on that: an
+// unrelated line between the two FINISHEDs ended the wait, without it the
+// late FINISHED was taken.
+func TestWaitEndsAtItsTime(t *testing.T) {
+	engine := []Update{
+		inputProcessed("r", 1, 10), queued("r", 2), prefilling("r", 3, 10, 0),
+		decoding("r", 100, 1), detok("r", 101, 1, 0), enFinished("r", 300, "stop"),
+	}
+	for _, c := range []struct {
+		name string
+		late func(h *harness, q *Request) error
+	}{
+		{"frontend FINISHED", func(h *harness, _ *Request) error { return h.tr.Record(feFinished("r", 4500, "stop")) }},
+		{"frontend delivery", func(h *harness, _ *Request) error { return h.tr.Record(detok("r", 4500, 1, 0)) }},
+		{"frontend delivery, fast path", func(_ *harness, q *Request) error { return q.Detokenized(at(4500), 1, 0) }},
+	} {
+		for _, between := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/unrelated line between=%v", c.name, between), func(t *testing.T) {
+				h := newHarness(t, WithFrontendGrace(2*time.Second))
+				q, err := h.tr.Arrive(context.Background(), "r", Arrival{Time: at(0), Model: "m"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h.feed(engine)
+				if between {
+					h.must(arrived("other", 3000, "m", "chat"))
+				}
+				if err := c.late(h, q); !errors.Is(err, ReasonAfterFinished) {
+					t.Errorf("late update: %v, want after_finished", err)
+				}
+				s := h.statsOf("r")
+				wantLatency(t, "e2e ends at the engine's FINISHED", s.E2ELatency, 300)
+				if s.FinishReason != "stop" || s.NumOutputTokens != 1 {
+					t.Errorf("reason %q, %d tokens", s.FinishReason, s.NumOutputTokens)
+				}
+			})
+		}
+	}
+}
+
+// The same for the engine's side on Step's fast path: the frontend
+// finished, the engine's decode comes after the wait.
+func TestWaitEndsAtItsTimeStep(t *testing.T) {
+	h := newHarness(t, WithFrontendGrace(2*time.Second))
+	q, err := h.tr.Arrive(context.Background(), "r", Arrival{Time: at(0), Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.feed([]Update{inputProcessed("r", 1, 10), queued("r", 2), prefilling("r", 3, 10, 0), decoding("r", 100, 1),
+		detok("r", 101, 1, 0), feFinished("r", 300, "stop")})
+	err = h.tr.Step(&Step{Time: at(4500), Decoded: []Decoded{{Req: q, NewTokens: 1}}})
+	if !errors.Is(err, ReasonAfterFinished) {
+		t.Errorf("late decode: %v, want after_finished", err)
+	}
+	s := h.statsOf("r")
+	wantLatency(t, "e2e ends at the frontend's FINISHED", s.E2ELatency, 300)
+	if s.NumOutputTokens != 1 {
+		t.Errorf("%d tokens", s.NumOutputTokens)
 	}
 }
