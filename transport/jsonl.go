@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/llmtrace/llmtrace/internal/unixsec"
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -81,18 +82,25 @@ type logLine struct {
 // topLevelSampling are sampling params given at the top level of a line.
 type topLevelSampling = otelstats.SamplingParams
 
+// utf8BOM is the byte order mark Windows editors write at a file's start.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
 // ParseUpdate parses one line of the update log. A line that is not a valid
 // update returns a *otelstats.RejectError (reason malformed,
 // missing_payload, …) with whatever of request id and kind could be read.
 func ParseUpdate(line []byte) (otelstats.Update, error) {
 	var u otelstats.Update
 	var l logLine
+	line = bytes.TrimSpace(bytes.TrimPrefix(line, utf8BOM))
+	if len(line) == 0 || line[0] != '{' {
+		return u, &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "not a JSON object"}
+	}
 	d := json.NewDecoder(bytes.NewReader(line))
 	d.UseNumber()
 	if err := d.Decode(&l); err != nil {
 		return u, &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: trimErr(err)}
 	}
-	if d.More() {
+	if d.InputOffset() != int64(len(line)) {
 		return u, &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "more than one JSON value on the line"}
 	}
 	for _, step := range [...]func(*logLine, *otelstats.Update) *otelstats.RejectError{
@@ -120,6 +128,11 @@ func parseIdentity(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 	}
 	if err := json.Unmarshal(l.RequestID, &u.RequestID); err != nil {
 		return &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "request_id must be a string"}
+	}
+	if !utf8.Valid(l.RequestID) {
+		// encoding/json would replace the bytes with U+FFFD, and two ids
+		// that differ in them would become one request.
+		return &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "request_id is not UTF-8"}
 	}
 	if u.RequestID == "" {
 		return &otelstats.RejectError{Reason: otelstats.ReasonMissingRequestID}
@@ -277,8 +290,8 @@ func parseTS(s string) (time.Time, bool) {
 	if err != nil || math.IsNaN(f) || f <= 0 || f > float64(maxTS) {
 		return time.Time{}, false
 	}
-	intPart, frac, hasFrac := strings.Cut(s, ".")
-	if strings.ContainsAny(s, "eE") || !hasFrac && strings.ContainsAny(intPart, "+-") {
+	intPart, frac, ok := splitDecimal(s)
+	if !ok {
 		sec := math.Floor(f)
 		return time.Unix(int64(sec), int64(math.Round((f-sec)*1e9))).UTC(), true
 	}
@@ -294,6 +307,33 @@ func parseTS(s string) (time.Time, bool) {
 		}
 	}
 	return time.Unix(sec, ns).UTC(), true
+}
+
+// splitDecimal splits a positive JSON number's text into the digits
+// before and after its decimal point, an exponent applied by moving the
+// point: "1.700000000301e9" is "1700000000" and "301". ok is false for a
+// form it does not take apart (a sign, an exponent beyond ±30).
+func splitDecimal(s string) (intPart, frac string, ok bool) {
+	mant, exp := s, 0
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		e, err := strconv.Atoi(s[i+1:])
+		if err != nil || e < -30 || e > 30 {
+			return "", "", false
+		}
+		mant, exp = s[:i], e
+	}
+	if strings.ContainsAny(mant, "+-") {
+		return "", "", false
+	}
+	ip, fp, _ := strings.Cut(mant, ".")
+	digits, point := ip+fp, len(ip)+exp
+	switch {
+	case point <= 0:
+		return "0", strings.Repeat("0", -point) + digits, true
+	case point >= len(digits):
+		return digits + strings.Repeat("0", point-len(digits)), "", true
+	}
+	return digits[:point], digits[point:], true
 }
 
 func parseKind(raw json.RawMessage) (otelstats.Kind, error) {

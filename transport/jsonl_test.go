@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -41,6 +42,10 @@ func badLines() []badLine {
 		{name: "invalid JSON", line: `{"request_id":"v","type":`, reason: otelstats.ReasonMalformed},
 		{name: "not an object", line: `[1,2,3]`, reason: otelstats.ReasonMalformed},
 		{name: "two objects on a line", line: `{"request_id":"v","type":"QUEUED","ts":1}{}`, reason: otelstats.ReasonMalformed},
+		{name: "trailing junk", line: `{"request_id":"v","type":"QUEUED","ts":1700000000.5} ]]]}}}`, reason: otelstats.ReasonMalformed},
+		{name: "null", line: `null`, reason: otelstats.ReasonMalformed},
+		{name: "a string", line: `"QUEUED"`, reason: otelstats.ReasonMalformed},
+		{name: "request id not UTF-8", line: "{\"request_id\":\"v\xff\",\"type\":\"QUEUED\",\"ts\":1700000000.5}", reason: otelstats.ReasonMalformed},
 		{name: "request id not a string", line: `{"request_id":7,"type":"QUEUED","ts":1700000000}`, reason: otelstats.ReasonMalformed},
 		{name: "missing request id", line: `{"type":"QUEUED","ts":1700000000}`, reason: otelstats.ReasonMissingRequestID},
 		{name: "unknown kind", line: `{"request_id":"v","type":"TELEPORTED","ts":1700000000}`, reason: otelstats.ReasonUnknownKind},
@@ -215,5 +220,32 @@ func TestUpdateLogTraceparent(t *testing.T) {
 	}
 	if _, err := ParseUpdate([]byte(`{"request_id":"x","type":"ARRIVED","ts":1,"model":"m","traceparent":"nope"}`)); !errors.Is(err, otelstats.ReasonMalformed) {
 		t.Errorf("a bad traceparent: %v", err)
+	}
+}
+
+// TestParseUpdateTimes: ts is read exactly from its decimal text, an
+// exponent included; a byte order mark before a line (a log saved by a
+// Windows editor) is not part of it.
+func TestParseUpdateTimes(t *testing.T) {
+	for _, c := range []struct{ ts, want string }{
+		{"1700000000.301", "1700000000.301000000"},
+		{"1.700000000301e9", "1700000000.301000000"},
+		{"1.700000000301E+9", "1700000000.301000000"},
+		{"17000000003010e-4", "1700000000.301000000"},
+		{"1700000000.123456789", "1700000000.123456789"},
+		{"1700000000", "1700000000.000000000"},
+		{"17e8", "1700000000.000000000"},
+	} {
+		u, err := ParseUpdate([]byte(`{"request_id":"v","type":"QUEUED","ts":` + c.ts + `}`))
+		if err != nil {
+			t.Fatalf("%s: %v", c.ts, err)
+		}
+		if got := fmt.Sprintf("%d.%09d", u.Time.Unix(), u.Time.Nanosecond()); got != c.want {
+			t.Errorf("ts %s = %s, want %s", c.ts, got, c.want)
+		}
+	}
+	u, err := ParseUpdate([]byte("\xEF\xBB\xBF{\"request_id\":\"v\",\"type\":\"QUEUED\",\"ts\":1700000000}\r\n"))
+	if err != nil || u.RequestID != "v" {
+		t.Errorf("a line after a byte order mark: %+v, %v", u, err)
 	}
 }

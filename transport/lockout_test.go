@@ -293,8 +293,9 @@ func TestHelloTimeout(t *testing.T) {
 				}
 			case !closedByPeer(c, 20*time.Second):
 				t.Fatal("not closed")
-			case time.Since(start) < hello-50*time.Millisecond || time.Since(start) > 20*hello:
-				t.Errorf("closed after %v, want about %v", time.Since(start), hello)
+			case time.Since(start) < hello-50*time.Millisecond:
+				// Only the lower bound: a busy machine closes it late.
+				t.Errorf("closed after %v, before its HelloTimeout %v", time.Since(start), hello)
 			}
 			c.Close()
 			wait(t, "the stream to end", func() bool { return !tc.closed || e.c.Stats().ActiveStreams == 0 })
