@@ -1047,7 +1047,7 @@ func TestResourceAttributesPartial(t *testing.T) {
 			defer p.Shutdown(context.Background())
 			got := map[string]string{}
 			for _, kv := range p.resource.Attributes() {
-				got[string(kv.Key)] = kv.Value.Emit()
+				got[string(kv.Key)] = kv.Value.String()
 			}
 			if got["deployment.environment.name"] != "prod" || got["service.name"] != "svc" {
 				t.Errorf("resource %v", got)

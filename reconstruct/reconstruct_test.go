@@ -238,7 +238,7 @@ func TestFromAttributesInvalidLatency(t *testing.T) {
 		attributes.LatencyTimeInQueue.String("0.05"),
 		attributes.LatencyTimeInQueue.Bool(true),
 	} {
-		t.Run(bad.Value.Emit(), func(t *testing.T) {
+		t.Run(bad.Value.String(), func(t *testing.T) {
 			s := FromAttributes("llm_request", "vllm.llm_engine", t0, ms(1000), []attribute.KeyValue{
 				attributes.LatencyTimeToFirstToken.Float64(0.3), attributes.LatencyE2E.Float64(1), bad,
 				attributes.LatencyPrefill.Float64(0.2), attributes.LatencyDecode.Float64(0.6),
