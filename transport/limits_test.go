@@ -296,24 +296,32 @@ func TestTokenOnTCP(t *testing.T) {
 	}
 }
 
-// TestTokenOnHTTP: POST /v1/updates with the token as a bearer header, or
-// in the body's HELLO; without it 401 and nothing recorded.
-func TestTokenOnHTTP(t *testing.T) {
-	const tok = "http-token"
-	e := newEnv(t, Config{Token: tok})
-	srv, err := NewServer(ServerConfig{Collector: Config{Tracker: e.tr, Token: tok}, HTTPAddr: "127.0.0.1:0"})
+// runServer runs a Server of cfg until the test ends, and fails the test
+// if it does not start or ends with an error.
+func runServer(t *testing.T, cfg ServerConfig) *Server {
+	t.Helper()
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- srv.Run(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-ran; err != nil {
 			t.Error(err)
 		}
-	}()
+	})
+	return srv
+}
+
+// TestTokenOnHTTP: POST /v1/updates with the token as a bearer header, or
+// in the body's HELLO; without it 401 and nothing recorded.
+func TestTokenOnHTTP(t *testing.T) {
+	const tok = "http-token"
+	e := newEnv(t, Config{Token: tok})
+	srv := runServer(t, ServerConfig{Collector: Config{Tracker: e.tr, Token: tok}, HTTPAddr: "127.0.0.1:0"})
 	url := "http://" + srv.HTTPAddr().String() + "/v1/updates"
 	post := func(body []byte, auth string) int {
 		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))

@@ -3,7 +3,6 @@ package transport
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -342,19 +341,7 @@ func TestHelloTimeoutSparesTheProven(t *testing.T) {
 // newcomers, and with every connection proven a newcomer is refused.
 func TestHTTPUnprovenEvicted(t *testing.T) {
 	tr := newEnv(t, Config{}).tr
-	srv, err := NewServer(ServerConfig{Collector: Config{Tracker: tr, Token: lockoutToken, MaxConns: 2}, HTTPAddr: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Error(err)
-		}
-	}()
+	srv := runServer(t, ServerConfig{Collector: Config{Tracker: tr, Token: lockoutToken, MaxConns: 2}, HTTPAddr: "127.0.0.1:0"})
 	col, addr := srv.Collector(), srv.HTTPAddr().String()
 	// dial connects and waits until the collector holds open connections,
 	// pending of them not proven, and has evicted evicted.
