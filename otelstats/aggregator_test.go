@@ -175,3 +175,60 @@ func TestAggregatorSchedulerPrefixCache(t *testing.T) {
 		t.Errorf("prefix cache sums %v", got)
 	}
 }
+
+// SPEC §7: a WithPDRole tracker's instance counters carry llm.pd.role —
+// the prefix-cache counts its engine reports, its rejections — on the
+// Aggregator and the instruments alike, so a prefill and a decode
+// instance on one MeterProvider keep apart.
+func TestInstanceCountersCarryRole(t *testing.T) {
+	for _, viaAgg := range []bool{false, true} {
+		t.Run(fmt.Sprint("aggregator=", viaAgg), func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			var opts [2][]Option
+			if viaAgg {
+				agg := NewAggregator()
+				reader = sdkmetric.NewManualReader(sdkmetric.WithProducer(agg))
+				opts[0], opts[1] = []Option{WithAggregator(agg)}, []Option{WithAggregator(agg)}
+			}
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			for i, role := range []string{PDRolePrefill, PDRoleDecode} {
+				tr, err := NewTracker(append(opts[i], WithMeterProvider(mp), WithPDRole(role))...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = tr.Shutdown(context.Background()) }()
+				n := int64(100 * (i + 1))
+				if err := tr.RecordSchedulerStats(at(0), SchedulerStats{Running: 1, PrefixCacheQueries: n, PrefixCacheHits: n / 10}); err != nil {
+					t.Fatal(err)
+				}
+				_ = tr.Record(Update{RequestID: "x", Kind: KindQueued, Time: at(0), Side: SideEngine, Model: "m\xff"})
+				_ = tr.RecordSchedulerStats(at(1), SchedulerStats{Running: -1})
+			}
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int64{}
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					if c, ok := m.Data.(metricdata.Sum[int64]); ok {
+						for _, dp := range c.DataPoints {
+							role, _ := dp.Attributes.Value(attributes.PDRole)
+							got[m.Name+"{"+role.AsString()+"}"] += dp.Value
+						}
+					}
+				}
+			}
+			for k, want := range map[string]int64{
+				attributes.MetricPrefixCacheQuery + "{prefill}": 100, attributes.MetricPrefixCacheQuery + "{decode}": 200,
+				attributes.MetricPrefixCacheHits + "{prefill}": 10, attributes.MetricPrefixCacheHits + "{decode}": 20,
+				attributes.MetricRejectedUpdates + "{prefill}": 1, attributes.MetricRejectedUpdates + "{decode}": 1,
+				attributes.MetricAttributesTruncated + "{prefill}": 1, attributes.MetricAttributesTruncated + "{decode}": 1,
+			} {
+				if got[k] != want {
+					t.Errorf("%s = %d, want %d (all: %v)", k, got[k], want, got)
+				}
+			}
+		})
+	}
+}

@@ -310,8 +310,10 @@ func WithAdapters(adapters ...string) Option {
 
 // WithPDRole says the tracker records one instance of disaggregated serving
 // (PDRolePrefill or PDRoleDecode, SPEC §7): its scheduler gauges (running,
-// waiting, KV-cache usage) carry llm.pd.role, so a prefill and a decode
-// instance on one MeterProvider keep apart, and its arrivals take the role
+// waiting, KV-cache usage) and instance counters (the prefix-cache counts
+// an engine reports, rejected updates, truncated attributes, evictions,
+// clamped spans) carry llm.pd.role, so a prefill and a decode instance on
+// one MeterProvider keep apart, and its arrivals take the role
 // unless Arrival.PDRole or an ARRIVED's PDRole names one. Any other value
 // is ignored.
 func WithPDRole(role string) Option {

@@ -107,7 +107,7 @@ func (t *Tracker) finalize(r *reqState, override string) {
 		}
 		if tb.tree.Clamped > 0 {
 			s.ClampedSpans = tb.tree.Clamped
-			t.inst.clamped.Add(context.Background(), int64(tb.tree.Clamped))
+			t.inst.clamped.Add(context.Background(), int64(tb.tree.Clamped), t.inst.add...)
 		}
 	}
 	// Recording under the emitted root's span context lets the latency

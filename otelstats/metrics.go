@@ -23,8 +23,12 @@ type instruments struct {
 
 	provider attribute.KeyValue // gen_ai.provider.name, on every request metric
 	// gauge is the scheduler gauges' attribute option (llm.pd.role of a
-	// WithPDRole tracker), empty otherwise.
-	gauge []metric.RecordOption
+	// WithPDRole tracker), empty otherwise; instance and add are that role
+	// for the instance's other counters (SPEC §7: on every instance
+	// histogram and counter), the empty set and no option otherwise.
+	gauge    []metric.RecordOption
+	instance attribute.Set
+	add      []metric.AddOption
 
 	mu      sync.Mutex
 	sets    map[attrKey]*attrSets
@@ -147,14 +151,31 @@ func (in *instruments) attrs(k attrKey) *attrSets {
 }
 
 // countTruncated counts a value of key cut at its cap.
+// setRole puts a WithPDRole tracker's role on its instance-wide
+// instruments.
+func (in *instruments) setRole(role string) {
+	kv := attributes.PDRole.String(role)
+	in.instance = attribute.NewSet(kv)
+	in.gauge = []metric.RecordOption{metric.WithAttributeSet(in.instance)}
+	in.add = []metric.AddOption{metric.WithAttributeSet(in.instance)}
+}
+
+// withInstance is the set of kv and the instance's role, if any.
+func (in *instruments) withInstance(kv attribute.KeyValue) attribute.Set {
+	if role, ok := in.instance.Value(attributes.PDRole); ok {
+		return attribute.NewSet(kv, attributes.PDRole.String(role.AsString()))
+	}
+	return attribute.NewSet(kv)
+}
+
 func (in *instruments) countTruncated(key attribute.Key) {
-	in.truncated.Add(context.Background(), 1, metric.WithAttributes(attributes.TruncatedKey.String(string(key))))
+	in.truncated.Add(context.Background(), 1, metric.WithAttributeSet(in.withInstance(attributes.TruncatedKey.String(string(key)))))
 }
 
 func (in *instruments) countReject(r Reason) {
 	o, ok := in.reasons.Load(r)
 	if !ok {
-		o, _ = in.reasons.LoadOrStore(r, metric.WithAttributeSet(attribute.NewSet(attributes.RejectionReason.String(string(r)))))
+		o, _ = in.reasons.LoadOrStore(r, metric.WithAttributeSet(in.withInstance(attributes.RejectionReason.String(string(r)))))
 	}
 	in.rejected.Add(context.Background(), 1, o.(metric.MeasurementOption))
 }

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"go.opentelemetry.io/otel/attribute"
 )
 
 // SchedulerStats is what an engine's scheduler knows after a step (vLLM's
@@ -51,10 +49,10 @@ func (t *Tracker) recordSched(ns int64, s *SchedulerStats) error {
 			var c counts
 			c.set(sPCQueries, s.PrefixCacheQueries)
 			c.set(sPCHits, s.PrefixCacheHits)
-			t.cfg.agg.addCounts(&c, attribute.NewSet())
+			t.cfg.agg.addCounts(&c, t.inst.instance)
 		} else {
-			t.inst.pcQueries.Add(ctx, s.PrefixCacheQueries)
-			t.inst.pcHits.Add(ctx, s.PrefixCacheHits)
+			t.inst.pcQueries.Add(ctx, s.PrefixCacheQueries, t.inst.add...)
+			t.inst.pcHits.Add(ctx, s.PrefixCacheHits, t.inst.add...)
 		}
 	}
 	t.stats.mu.Lock()

@@ -9,13 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/internal/anchor"
 	"github.com/llmtrace/llmtrace/spans"
 )
@@ -125,7 +122,7 @@ func NewTracker(opts ...Option) (*Tracker, error) {
 		return nil, err
 	}
 	if cfg.pdRole != "" {
-		inst.gauge = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attributes.PDRole.String(cfg.pdRole)))}
+		inst.setRole(cfg.pdRole)
 	}
 	now := time.Now()
 	t := &Tracker{
