@@ -49,7 +49,10 @@ type Processor struct {
 	settled                        atomic.Bool
 	produced                       int64 // nProduced when settled
 	nProduced, nExported, nDropped atomic.Int64
-	once                           sync.Once
+	// late counts the spans ended once the counts were settled: each is
+	// produced and dropped, outside the frozen counts.
+	late atomic.Int64
+	once sync.Once
 }
 
 var _ sdktrace.SpanProcessor = (*Processor)(nil)
@@ -99,6 +102,11 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() {
 		return
 	}
+	if p.settled.Load() {
+		p.late.Add(1)
+		p.dropped.Add(context.Background(), 1)
+		return
+	}
 	// Counted before closed is read: a span Shutdown's settle misses is
 	// one whose count it does not see either (see settle).
 	p.nProduced.Add(1)
@@ -142,7 +150,8 @@ func (p *Processor) addDropped(n int64) {
 // has returned, produced == exported + dropped.
 func (p *Processor) Counts() (produced, exported, dropped int64) {
 	if p.settled.Load() {
-		return p.produced, p.nExported.Load(), p.nDropped.Load()
+		late := p.late.Load()
+		return p.produced + late, p.nExported.Load(), p.nDropped.Load() + late
 	}
 	return p.nProduced.Load(), p.nExported.Load(), p.nDropped.Load()
 }
@@ -214,25 +223,43 @@ func approxSize(s sdktrace.ReadOnlySpan) int {
 func attrsSize(kvs []attribute.KeyValue) int {
 	n := 0
 	for _, kv := range kvs {
-		n += 8 + len(kv.Key)
-		switch kv.Value.Type() {
-		case attribute.STRING:
-			n += len(kv.Value.AsString())
-		case attribute.STRINGSLICE:
-			for _, s := range kv.Value.AsStringSlice() {
-				n += 2 + len(s)
-			}
-		case attribute.INT64SLICE:
-			n += 8 * len(kv.Value.AsInt64Slice())
-		case attribute.FLOAT64SLICE:
-			n += 8 * len(kv.Value.AsFloat64Slice())
-		case attribute.BOOLSLICE:
-			n += len(kv.Value.AsBoolSlice())
-		default:
-			n += 8
-		}
+		n += 8 + len(kv.Key) + valueSize(kv.Value)
 	}
 	return n
+}
+
+// valueSize bounds a value's encoding from above, roughly: each element
+// of a slice or map is an AnyValue message of its own on the wire (a bool
+// takes about four bytes, not one), and a bytes, slice or map value can be
+// as large as a string.
+func valueSize(v attribute.Value) int {
+	switch v.Type() {
+	case attribute.STRING:
+		return len(v.AsString())
+	case attribute.BYTESLICE:
+		return len(v.AsByteSlice())
+	case attribute.STRINGSLICE:
+		n := 0
+		for _, s := range v.AsStringSlice() {
+			n += 6 + len(s)
+		}
+		return n
+	case attribute.INT64SLICE:
+		return 12 * len(v.AsInt64Slice())
+	case attribute.FLOAT64SLICE:
+		return 12 * len(v.AsFloat64Slice())
+	case attribute.BOOLSLICE:
+		return 4 * len(v.AsBoolSlice())
+	case attribute.SLICE:
+		n := 0
+		for _, e := range v.AsSlice() {
+			n += 4 + valueSize(e)
+		}
+		return n
+	case attribute.MAP:
+		return attrsSize(v.AsMap())
+	}
+	return 8
 }
 
 // take adds what is queued now to the batch, exporting each batch that
@@ -291,6 +318,7 @@ func (b *batcher) reset() {
 }
 
 // ForceFlush exports everything queued, waiting at most until ctx ends.
+// After Shutdown it returns nil at once.
 func (p *Processor) ForceFlush(ctx context.Context) error {
 	ack := make(chan struct{})
 	select {
@@ -298,6 +326,10 @@ func (p *Processor) ForceFlush(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-p.done:
+		return nil
+	case <-p.stop:
+		// Shut down: nothing is queued any more, and an export the
+		// deadline left hung must not hold this call too.
 		return nil
 	}
 	select {

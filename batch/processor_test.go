@@ -12,7 +12,13 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/llmtrace/llmtrace/internal/otlpwire"
 )
 
 type fakeExporter struct {
@@ -162,45 +168,84 @@ func BenchmarkProcessor(b *testing.B) {
 
 // sizeLimited fails a batch whose estimated size passes limit, as a gRPC
 // receiver refuses a message over its limit.
+// sizeLimited is a receiver that refuses a request larger than limit, as
+// a collector's gRPC server does past its max message size; the request is
+// what llmtrace's own encoder sends (internal/otlpwire), measured on the
+// wire, so the processor's estimate is checked, not trusted.
 type sizeLimited struct {
 	limit    int
 	exported atomic.Int64
 }
 
-func (e *sizeLimited) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
-	n := 0
-	for _, s := range spans {
-		n += approxSize(s)
-	}
-	if n > e.limit {
+func (c *sizeLimited) Start(context.Context) error { return nil }
+func (c *sizeLimited) Stop(context.Context) error  { return nil }
+func (c *sizeLimited) UploadTraces(_ context.Context, rs []*tracepb.ResourceSpans) error {
+	req := &coltracepb.ExportTraceServiceRequest{ResourceSpans: rs}
+	if proto.Size(req) > c.limit {
 		return errors.New("message larger than max")
 	}
-	e.exported.Add(int64(len(spans)))
+	// The encoder's bytes ride as unknown fields: decode to count spans.
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return err
+	}
+	var got coltracepb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(b, &got); err != nil {
+		return err
+	}
+	for _, r := range got.ResourceSpans {
+		for _, ss := range r.ScopeSpans {
+			c.exported.Add(int64(len(ss.Spans)))
+		}
+	}
 	return nil
 }
-func (e *sizeLimited) Shutdown(context.Context) error { return nil }
+
+// bigInts is n int64s of ten bytes each as varints.
+func bigInts(n int) []int64 {
+	v := make([]int64, n)
+	for i := range v {
+		v[i] = -1
+	}
+	return v
+}
 
 // Issue 12.6: one span too large for the receiver fails alone; the others
-// of its batch are exported.
+// of its batch are exported — whatever type of attribute makes it large.
 func TestLargeSpanFailsAlone(t *testing.T) {
-	exp := &sizeLimited{limit: 4 << 20}
-	bp := NewProcessor(exp, WithBatchTimeout(time.Hour))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(bp))
-	tr := tp.Tracer("t")
 	huge := strings.Repeat("x", 5<<20)
-	for i := range 201 {
-		_, s := tr.Start(context.Background(), "span")
-		if i == 100 {
-			s.SetAttributes(attribute.String("stop", huge))
-		}
-		s.End()
-	}
-	if err := tp.Shutdown(context.Background()); err != nil {
-		t.Logf("shutdown: %v", err)
-	}
-	produced, exported, dropped := bp.Counts()
-	if produced != 201 || exported != 200 || dropped != 1 || exp.exported.Load() != 200 {
-		t.Fatalf("produced %d exported %d (receiver %d) dropped %d; want 201, 200, 1", produced, exported, exp.exported.Load(), dropped)
+	for _, kv := range []attribute.KeyValue{
+		attribute.String("stop", huge),
+		attribute.KeyValue{Key: "body", Value: attribute.ByteSliceValue([]byte(huge))},
+		attribute.KeyValue{Key: "body", Value: attribute.MapValue(attribute.String("text", huge))},
+		attribute.KeyValue{Key: "body", Value: attribute.SliceValue(attribute.StringValue(huge))},
+		attribute.BoolSlice("flags", make([]bool, 3<<19)),
+		attribute.Int64Slice("ids", bigInts(1<<19)),
+	} {
+		t.Run(kv.Value.Type().String(), func(t *testing.T) {
+			client := &sizeLimited{limit: 4 << 20}
+			exp, err := otlpwire.New(context.Background(), client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bp := NewProcessor(exp, WithBatchTimeout(time.Hour))
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(bp))
+			tr := tp.Tracer("t")
+			for i := range 201 {
+				_, s := tr.Start(context.Background(), "span")
+				if i == 100 {
+					s.SetAttributes(kv)
+				}
+				s.End()
+			}
+			if err := tp.Shutdown(context.Background()); err != nil {
+				t.Logf("shutdown: %v", err)
+			}
+			produced, exported, dropped := bp.Counts()
+			if produced != 201 || exported != 200 || dropped != 1 || client.exported.Load() != 200 {
+				t.Fatalf("produced %d exported %d (receiver %d) dropped %d; want 201, 200, 1", produced, exported, client.exported.Load(), dropped)
+			}
+		})
 	}
 }
 
@@ -237,5 +282,45 @@ func TestFullBatchExportsBeforeTheTimeout(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestAfterShutdown: once shut down — its last export hung in an exporter
+// deaf to its context — ForceFlush returns at once rather than wait for
+// that export, and a span ended then is dropped and counted (produced and
+// dropped, in Counts and llm.spans.dropped), not lost from both.
+func TestAfterShutdown(t *testing.T) {
+	exp := &fakeExporter{block: make(chan struct{}), deaf: true}
+	defer close(exp.block)
+	bp := NewProcessor(exp, WithMaxQueueSize(128), WithMaxExportBatchSize(16), WithBatchTimeout(time.Millisecond),
+		WithShutdownTimeout(100*time.Millisecond))
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	for range 300 {
+		_, s := tp.Tracer("t").Start(context.Background(), "x")
+		s.End()
+	}
+	ended := rec.Ended()
+	for _, s := range ended[:200] {
+		bp.OnEnd(s)
+	}
+	_ = bp.Shutdown(context.Background())
+	flushed := make(chan error, 1)
+	go func() { flushed <- bp.ForceFlush(context.Background()) }()
+	select {
+	case err := <-flushed:
+		if err != nil {
+			t.Errorf("ForceFlush after Shutdown: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ForceFlush after Shutdown waited for the hung export")
+	}
+	p0, _, d0 := bp.Counts()
+	for _, s := range ended[200:] {
+		bp.OnEnd(s)
+	}
+	produced, exported, dropped := bp.Counts()
+	if produced != p0+100 || dropped != d0+100 || produced != exported+dropped {
+		t.Errorf("after 100 late spans: produced %d (was %d), exported %d, dropped %d (was %d)", produced, p0, exported, dropped, d0)
 	}
 }
