@@ -457,7 +457,7 @@ func spanContextOf(r *reqState) trace.SpanContext {
 	return trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID:    r.traceID,
 		SpanID:     r.spanID,
-		TraceFlags: headFlags(r.headDropped),
+		TraceFlags: r.parentFlags | headFlags(r.headDropped),
 	})
 }
 

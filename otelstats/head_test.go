@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/spans"
 )
 
 // Trace ids a trace-id-ratio sampler at 0.5 keeps (low half) and drops.
@@ -181,3 +182,27 @@ type samplerFunc func(sdktrace.SamplingParameters) sdktrace.SamplingResult
 
 func (f samplerFunc) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult { return f(p) }
 func (f samplerFunc) Description() string                                                { return "func" }
+
+// A parent's W3C random flag goes on down the trace, as the SDK's Tracer
+// carries it: in the span context known from arrival (what a proxy sends
+// upstream) and on the exported root, which agree.
+func TestParentRandomFlag(t *testing.T) {
+	h := newHarness(t)
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: spans.NewTraceID(), SpanID: spans.NewSpanID(),
+		TraceFlags: trace.FlagsRandom, Remote: true}) // not sampled: an untrusted caller's flag decides nothing
+	q, err := h.tr.Arrive(trace.ContextWithRemoteSpanContext(context.Background(), parent), "r", Arrival{Time: at(0), Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := trace.FlagsRandom | trace.FlagsSampled
+	if got := q.SpanContext().TraceFlags(); got != want {
+		t.Errorf("span context flags %v, want %v", got, want)
+	}
+	if err := q.Finish(at(5), "stop"); err != nil {
+		t.Fatal(err)
+	}
+	root, _ := h.treeOf(h.statsOf("r"))
+	if got := root.SpanContext().TraceFlags(); got != want || !root.SpanContext().Equal(q.SpanContext()) {
+		t.Errorf("root %v, flags %v; want the arrival's %v", root.SpanContext(), got, q.SpanContext())
+	}
+}

@@ -230,6 +230,9 @@ type reqState struct {
 	// headDropped: the head sampler dropped the trace at arrival (fixed
 	// then, so spanContextOf reads it without the lock).
 	headDropped bool
+	// parentFlags are the parent's trace flags but sampled (the W3C
+	// random flag goes on down the trace), fixed at arrival.
+	parentFlags trace.TraceFlags
 	pdRole      pdRole // SPEC §7, from ARRIVED or WithPDRole
 	// pending says extra.pending holds deliveries: the per-token path
 	// reads this byte, not the extra pointer's cache line.

@@ -461,6 +461,7 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *A
 	case parent.IsValid():
 		r.ext().parent = parent
 		r.traceID = parent.TraceID()
+		r.parentFlags = parent.TraceFlags().WithSampled(false)
 	case a != nil && a.TraceID.IsValid():
 		r.traceID = a.TraceID
 	default:

@@ -174,9 +174,11 @@ var _ sdktrace.ReadOnlySpan = (*finished)(nil)
 
 func (f *finished) Name() string { return f.name }
 
+// SpanContext carries the parent's flags and sampled, as the SDK's Tracer
+// gives a sampled child: the W3C random flag, say, goes on down the trace.
 func (f *finished) SpanContext() trace.SpanContext {
 	return trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: f.h.traceID, SpanID: f.id, TraceFlags: trace.FlagsSampled, TraceState: f.h.state,
+		TraceID: f.h.traceID, SpanID: f.id, TraceFlags: f.h.parent.TraceFlags() | trace.FlagsSampled, TraceState: f.h.state,
 	})
 }
 

@@ -29,7 +29,11 @@ func TestExportMatchesEmit(t *testing.T) {
 		tl.TraceID, tl.SpanID = NewTraceID(), NewSpanID()
 		if i%3 == 0 {
 			ts, _ := trace.ParseTraceState("vendor=x")
-			tl.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tl.TraceID, SpanID: NewSpanID(), TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
+			flags := trace.FlagsSampled
+			if i%2 == 0 {
+				flags |= trace.FlagsRandom // W3C level 2: it goes on down the trace
+			}
+			tl.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tl.TraceID, SpanID: NewSpanID(), TraceFlags: flags, TraceState: ts, Remote: true})
 		}
 		if i%5 == 2 {
 			tl.Link = trace.NewSpanContext(trace.SpanContextConfig{TraceID: NewTraceID(), SpanID: NewSpanID(), Remote: true})
