@@ -49,7 +49,8 @@ func (c *config) incoming(r *http.Request) incoming {
 
 // arrival builds the request's Arrival from r and the body's model.
 func (c *config) arrival(r *http.Request, in *incoming, at onArrival) otelstats.Arrival {
-	a := otelstats.Arrival{Time: at.time, Model: at.model, Operation: at.op, Link: in.link, TraceID: at.traceID, Head: at.head, OnFinish: at.onFinish}
+	a := otelstats.Arrival{Time: at.time, Model: at.model, Operation: at.op, Link: in.link, TraceID: at.traceID, Head: at.head, OnFinish: at.onFinish,
+		FrontendFinishes: true}
 	if c.scope != nil {
 		a.Scope = c.scope(r)
 	}

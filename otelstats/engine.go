@@ -309,7 +309,7 @@ func startEngineCall[R any](ctx context.Context, t *Tracker, cfg *engineConfig, 
 	if id == "" {
 		id = cfg.newID()
 	}
-	q, err := t.Arrive(ctx, id, Arrival{Time: time.Now(), Model: call.Model, Operation: call.Operation, Scope: call.Scope})
+	q, err := t.Arrive(ctx, id, Arrival{Time: time.Now(), Model: call.Model, Operation: call.Operation, Scope: call.Scope, FrontendFinishes: true})
 	c := &engineCall{q: q, cfg: cfg, parent: ctx, ctx: ctx, sp: call.Sampling}
 	if err != nil {
 		// Not traced: the engine runs as if unwrapped.

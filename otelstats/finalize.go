@@ -207,6 +207,12 @@ func (r *reqState) tokens(s *RequestStats) int64 {
 		return r.feFirst
 	case r.enDeliv > 0:
 		s.NumOutputTokens = int(r.enTokens)
+		if r.feOneShot > 0 {
+			// A response in one piece: the engine's steps time its
+			// tokens, the usage the client got counts them (SPEC §8:
+			// delivered tokens).
+			s.NumOutputTokens = int(r.feOneShot)
+		}
 		return r.enFirst
 	case r.feOneShot > 0:
 		// Delivered in one piece: counted, but no token has a time.

@@ -44,6 +44,13 @@ type Arrival struct {
 	PDRole string
 	// LoRAAdapter is the adapter serving the request (SPEC §9).
 	LoRAAdapter string
+	// FrontendFinishes says the caller is the request's frontend and will
+	// record its FINISHED (an HTTP layer, a wrapper around the engine
+	// call): an engine FINISHED that reaches the tracker first waits for
+	// it, within the grace period, instead of ending the request (SPEC
+	// §1). Without it an ARRIVED alone does not show that a frontend
+	// reports: an engine may record its requests' arrivals itself.
+	FrontendFinishes bool
 }
 
 // Request is a frontend's handle on one in-flight request. Its methods
@@ -66,7 +73,7 @@ type Request struct {
 // path.
 func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, error) {
 	u := Update{RequestID: id, Kind: KindArrived, Side: SideFrontend, Time: a.Time, Model: a.Model, Operation: a.Operation, Scope: a.Scope, detail: a.Detail, trustParent: a.TrustParent, link: a.Link,
-		PDRole: a.PDRole, LoRAAdapter: a.LoRAAdapter}
+		PDRole: a.PDRole, LoRAAdapter: a.LoRAAdapter, feFinishes: a.FrontendFinishes}
 	if t.closed.Load() {
 		return &Request{t: t}, t.rejected(reject(&u, SideFrontend, ReasonClosed, "the tracker is shut down"))
 	}

@@ -441,10 +441,11 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *A
 	r := &reqState{
 		id: u.RequestID, scope: u.Scope, model: u.Model, operation: op, pdRole: parsePDRole(role),
 		arrived: ns, touched: t.now(ns), prompt: -1, cached: -1,
-		fe:      sideState{last: KindArrived, time: ns},
-		sh:      sh,
-		detail:  u.detail,
-		trusted: u.trustParent || t.cfg.trustParent,
+		fe:         sideState{last: KindArrived, time: ns},
+		sh:         sh,
+		detail:     u.detail,
+		trusted:    u.trustParent || t.cfg.trustParent,
+		feReported: u.feFinishes,
 	}
 	r.h = Request{t: t, r: r}
 	r.runs = r.runsBuf[:0]

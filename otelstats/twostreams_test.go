@@ -259,3 +259,52 @@ func TestWaitEndsAtItsTimeStep(t *testing.T) {
 		t.Errorf("%d tokens", s.NumOutputTokens)
 	}
 }
+
+// A frontend that says it will finish the request (an HTTP layer, a
+// wrapper: Arrival.FrontendFinishes) is waited for when the engine's
+// FINISHED comes first, though it sent nothing but ARRIVED yet: in one
+// process the engine's loop often ends a request before the handler has
+// written the response, and the handler's FINISHED — a 500, the client's
+// end — must not be rejected as after_finished.
+func TestFrontendFinishesWaitedFor(t *testing.T) {
+	for _, says := range []bool{false, true} {
+		t.Run(fmt.Sprint("FrontendFinishes=", says), func(t *testing.T) {
+			h := newHarness(t, WithFrontendGrace(2*time.Second))
+			q, err := h.tr.Arrive(context.Background(), "r", Arrival{Time: at(0), Model: "m", FrontendFinishes: says})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.feed([]Update{queued("r", 1), prefilling("r", 2, 7, 0), decoding("r", 4, 1), enFinished("r", 5, "stop")})
+			err = q.Fail(at(9), "500")
+			s := h.statsOf("r")
+			if !says {
+				// An engine that records arrivals itself: its FINISHED ends it.
+				if !errors.Is(err, ReasonAfterFinished) || s.FinishReason != "stop" {
+					t.Errorf("err %v, reason %q", err, s.FinishReason)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("the frontend's FINISHED: %v", err)
+			}
+			if s.FinishReason != FinishError || s.ErrorType != "500" {
+				t.Errorf("reason %q error.type %q, want error, 500", s.FinishReason, s.ErrorType)
+			}
+			wantLatency(t, "e2e to the frontend's FINISHED", s.E2ELatency, 9)
+		})
+	}
+}
+
+// A response in one piece whose engine reported its steps: the steps time
+// the tokens, the usage the client got counts them (SPEC §8).
+func TestOneShotCountWithEngine(t *testing.T) {
+	h := newHarness(t)
+	h.feed([]Update{arrived("r", 0, "m", "chat"), inputProcessed("r", 1, 4), queued("r", 2), prefilling("r", 3, 4, 0),
+		decoding("r", 10, 1), decoding("r", 20, 1), decoding("r", 30, 1), enFinished("r", 30, "stop"),
+		{RequestID: "r", Kind: KindFinished, Time: at(31), FinishReason: "stop", NumOutputTokens: 5}})
+	s := h.statsOf("r")
+	if s.NumOutputTokens != 5 {
+		t.Errorf("output tokens %d, want the usage's 5", s.NumOutputTokens)
+	}
+	wantLatency(t, "ttft from the engine's first step", s.FirstTokenLatency, 10)
+}

@@ -253,6 +253,7 @@ type Update struct {
 	detail      Detail
 	trustParent bool
 	link        trace.SpanContext
+	feFinishes  bool // Arrival.FrontendFinishes
 }
 
 // Limits on update payloads, so a hostile or broken producer cannot make
