@@ -24,7 +24,10 @@ import (
 func init() {
 	commands["collect"] = command{
 		summary: "collect updates from engines in other processes (Unix socket, loopback TCP, stdin, HTTP) into traces and metrics",
-		run:     untilSignal(collect),
+		run: untilSignal(func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+			keepServingOnBrokenPipe()
+			return collect(ctx, args, stdin, stdout, stderr)
+		}),
 	}
 }
 

@@ -26,6 +26,7 @@ func init() {
 	commands["proxy"] = command{
 		summary: "a tracing reverse proxy in front of any OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, Ollama)",
 		run: untilSignal(func(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+			keepServingOnBrokenPipe()
 			return runProxy(ctx, args, stdout, stderr, nil)
 		}),
 	}

@@ -47,3 +47,11 @@ func signalStatus(s os.Signal) int {
 	}
 	return 1
 }
+
+// keepServingOnBrokenPipe makes a write to a closed pipe an error rather
+// than the end of the process: Go's runtime kills a program whose stdout or
+// stderr write meets a reader that went away (SIGPIPE), which for a server
+// — `llmtrace proxy -stats-out - | head`, a log shipper restarting — would
+// cut every stream in flight and skip the drain and the exit report. The
+// lines are lost instead, and the sink says so at exit.
+func keepServingOnBrokenPipe() { signal.Ignore(syscall.SIGPIPE) }
