@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -62,8 +63,11 @@ type config struct {
 
 	serverTiming bool
 	httpMetrics  bool
-	tp           trace.TracerProvider
-	mp           metric.MeterProvider
+	// closing: the server is cutting the requests still running
+	// (Proxy.Closing); they end as unfinished, not as clients' aborts.
+	closing atomic.Bool
+	tp      trace.TracerProvider
+	mp      metric.MeterProvider
 
 	// Proxy only.
 	sp        sdktrace.SpanProcessor

@@ -55,7 +55,10 @@ type exchange struct {
 	sp       *otelstats.SamplingParams
 	// gone watches the request's context: a write that began after the
 	// client left delivered nothing.
-	gone  goneWatch
+	gone goneWatch
+	// cut is the error type of a request the server ended itself (a
+	// body slower than its read timeout: 408), or "".
+	cut   string
 	hold  *hold
 	holdv hold // what hold points to
 
@@ -538,6 +541,12 @@ func (ex *exchange) finishUpdate(o *outcome) otelstats.Update {
 	fail := func(t string) { u.FinishReason, u.ErrorType = otelstats.FinishError, t }
 	left := !ex.writeErrAt.IsZero() || !o.gone.IsZero()
 	switch {
+	case ex.cut != "":
+		fail(ex.cut)
+	case ex.cfg.closing.Load() && ex.aborted(o):
+		// Cut by the server's close, not by the client: as the tracker's
+		// Shutdown ends a request it still holds.
+		u.FinishReason = otelstats.FinishUnfinished
 	case ex.aborted(o):
 		u.FinishReason = otelstats.FinishAbort
 		at := ex.writeErrAt

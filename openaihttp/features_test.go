@@ -536,7 +536,8 @@ func TestConstructors(t *testing.T) {
 
 // A client too slow to send its body, in a server with a ReadTimeout, is
 // told 408 and its connection closed — not a 200 with an empty body — and
-// the request is an abort.
+// the request ends as the 408 it got: the server's cut, not the client
+// leaving (an abort would count it among the clients that gave up).
 func TestProxySlowBodyIs408(t *testing.T) {
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
@@ -561,8 +562,8 @@ func TestProxySlowBodyIs408(t *testing.T) {
 			t.Errorf("%s: client read %q, %v: want a 408 and the connection closed", path, b, err)
 		}
 	}
-	if s := h.waitStats(1)[0]; s.FinishReason != otelstats.FinishAbort || s.Model != "m" {
-		t.Errorf("finish %q model %q", s.FinishReason, s.Model)
+	if s := h.waitStats(1)[0]; s.FinishReason != otelstats.FinishError || s.ErrorType != "408" || s.Model != "m" {
+		t.Errorf("finish %q error.type %q model %q; want error, 408", s.FinishReason, s.ErrorType, s.Model)
 	}
 }
 
@@ -634,5 +635,40 @@ func TestHTTPMetricsBeforeFinish(t *testing.T) {
 	resp.Body.Close()
 	if s := <-at; s.server != 1 || s.client != 1 {
 		t.Errorf("proxy: %d server and %d client points when the request finished, want 1 and 1", s.server, s.client)
+	}
+}
+
+// TestProxyClosingCutsAsUnfinished: when the server's drain time is over
+// and it closes the streams still running (Proxy.Closing, then
+// http.Server.Close), they end as unfinished, not as clients' aborts: no
+// client left, and a rolling deploy must not look like a wave of them.
+func TestProxyClosingCutsAsUnfinished(t *testing.T) {
+	release := make(chan struct{})
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		sseWrite(w, chunk(map[string]any{"content": "a"}, nil))
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	h := newHarness(t, up, nil)
+	srv := httptest.NewServer(h.p)
+	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"m","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 1)
+	if _, err := resp.Body.Read(first); err != nil {
+		t.Fatal(err)
+	}
+	h.p.Closing()
+	srv.CloseClientConnections()
+	defer srv.Close()
+	resp.Body.Close()
+	if s := h.waitStats(1)[0]; s.FinishReason != otelstats.FinishUnfinished {
+		t.Errorf("finish %q error.type %q, want unfinished", s.FinishReason, s.ErrorType)
 	}
 }

@@ -113,6 +113,13 @@ func (copyBuffers) Put(b []byte) {
 	}
 }
 
+// Closing says the server is about to close the connections of the
+// requests still running, its drain time over (http.Server.Close after a
+// Shutdown that timed out): each of them then ends as unfinished, with
+// error.type unfinished, not as an abort — no client left. Call it before
+// closing them.
+func (p *Proxy) Closing() { p.cfg.closing.Store(true) }
+
 // CloseIdleConnections closes the idle connections to the upstream.
 func (p *Proxy) CloseIdleConnections() {
 	if t, ok := p.transport.(interface{ CloseIdleConnections() }); ok {
@@ -301,6 +308,9 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 			// rather than answered 200 with nothing.
 			w.Header().Set("Connection", "close")
 			w.WriteHeader(http.StatusRequestTimeout)
+			if c, _ := r.Context().Value(callKey{}).(*call); c != nil {
+				c.ex.cut = strconv.Itoa(http.StatusRequestTimeout) // the server's doing, not the client leaving
+			}
 		}
 		return // else the client is gone (and the call cancelled): an abort, nobody to answer
 	}

@@ -225,6 +225,7 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	sctx, cancel := context.WithTimeout(context.Background(), c.drain)
 	defer cancel()
 	if srv.Shutdown(sctx) != nil {
+		p.Closing() // the streams cut now end as unfinished, not aborted
 		_ = srv.Close()
 	}
 	if msrv != nil {
