@@ -32,7 +32,8 @@ type metricsConnector struct {
 
 	mu        sync.Mutex
 	resources map[string]*resourceState
-	series    int // across all resources and families
+	series    int               // across all resources and families
+	latest    pcommon.Timestamp // the latest consume, which may start a series
 	models    map[string]struct{}
 	fixed     bool
 	key       []byte // scratch for map keys
@@ -98,6 +99,7 @@ func (c *metricsConnector) consume(td ptrace.Traces, now time.Time) {
 	ts := pcommon.NewTimestampFromTime(now)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.latest = max(c.latest, ts)
 	rss := td.ResourceSpans()
 	for i := 0; i < rss.Len(); i++ {
 		rs := rss.At(i)
@@ -158,6 +160,17 @@ func (c *metricsConnector) resource(res pcommon.Resource) *resourceState {
 	}
 	if st, ok := c.resources[string(c.key)]; ok {
 		return st
+	}
+	if c.series >= c.cfg.MaxSeries {
+		// Past max_series a new resource (a new pod, a churned instance)
+		// would bring its own overflow series: fold it into one.
+		const overflowKey = "\x01overflow"
+		if st, ok := c.resources[overflowKey]; ok {
+			return st
+		}
+		attrs = pcommon.NewMap()
+		attrs.PutBool("otel.metric.overflow", true)
+		c.key = append(c.key[:0], overflowKey...)
 	}
 	st := &resourceState{attrs: attrs, base: map[string]*baseSeries{},
 		duration: map[string]*durationSeries{}, requests: map[string]*requestSeries{}}
@@ -271,6 +284,9 @@ func (c *metricsConnector) flush(ctx context.Context, now time.Time) {
 	md := pmetric.NewMetrics()
 	ts := pcommon.NewTimestampFromTime(now)
 	c.mu.Lock()
+	// A batch that took the lock after the tick fired started its new
+	// series later than now: no point may end before it started.
+	ts = max(ts, c.latest)
 	for _, st := range c.resources {
 		st.emit(md, ScopeName, reconstruct.Version(), ts)
 	}

@@ -23,6 +23,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/otelcol/internal/spantest"
@@ -354,6 +355,75 @@ func TestConfigValidate(t *testing.T) {
 		mut(&c)
 		if c.Validate() == nil {
 			t.Errorf("%s: Validate accepted it", name)
+		}
+	}
+}
+
+// max_series bounds the series however many resources send spans: 200
+// pods (service.instance.id, a default resource attribute) under
+// max_series 3 fold into the first resources' series and one overflow
+// resource, not an overflow set each.
+func TestMaxSeriesAcrossResources(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.MaxSeries = 3
+	td := ptrace.NewTraces()
+	for i := range 200 {
+		rs := td.ResourceSpans().AppendEmpty()
+		rs.Resource().Attributes().PutStr("service.name", "vllm")
+		rs.Resource().Attributes().PutStr("service.instance.id", fmt.Sprintf("pod-%d", i))
+		spantest.VLLM(rs.ScopeSpans().AppendEmpty(), pcommon.TraceID{byte(i), 1}, pcommon.SpanID{byte(i), 1}, t0, 0.3, 1.0, 0.05, 0.2, 0.6, 10, 5, "stop")
+	}
+	md := runConnector(t, cfg, td)
+	if n := md.ResourceMetrics().Len(); n > 2 {
+		t.Errorf("%d resources, want at most 2 (the first pod's and one overflow)", n)
+	}
+	var requests int64
+	rms := md.ResourceMetrics()
+	for i := 0; i < rms.Len(); i++ {
+		ms := rms.At(i).ScopeMetrics().At(0).Metrics()
+		for j := 0; j < ms.Len(); j++ {
+			if m := ms.At(j); m.Name() == attributes.MetricRequests {
+				for k := 0; k < m.Sum().DataPoints().Len(); k++ {
+					requests += m.Sum().DataPoints().At(k).IntValue()
+				}
+			}
+		}
+	}
+	if requests != 200 {
+		t.Errorf("%d requests counted, want all 200", requests)
+	}
+}
+
+// No point ends before it started: a batch that starts a series after
+// the flush's tick fired moves the flush's time to it.
+func TestFlushNotBeforeStart(t *testing.T) {
+	sink := new(consumertest.MetricsSink)
+	c := newConnector(createDefaultConfig().(*Config), nil, sink, zap.NewNop())
+	td := ptrace.NewTraces()
+	spantest.VLLM(td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty(), pcommon.TraceID{1}, pcommon.SpanID{1}, t0, 0.3, 1.0, 0.05, 0.2, 0.6, 10, 5, "stop")
+	c.consume(td, time.Unix(5, 0))
+	c.flush(context.Background(), time.Unix(3, 0)) // the tick fired before the batch took the lock
+	for _, md := range sink.AllMetrics() {
+		rms := md.ResourceMetrics()
+		for i := 0; i < rms.Len(); i++ {
+			ms := rms.At(i).ScopeMetrics().At(0).Metrics()
+			for j := 0; j < ms.Len(); j++ {
+				m := ms.At(j)
+				var start, end pcommon.Timestamp
+				switch m.Type() {
+				case pmetric.MetricTypeSum:
+					p := m.Sum().DataPoints().At(0)
+					start, end = p.StartTimestamp(), p.Timestamp()
+				case pmetric.MetricTypeHistogram:
+					p := m.Histogram().DataPoints().At(0)
+					start, end = p.StartTimestamp(), p.Timestamp()
+				default:
+					continue
+				}
+				if start > end {
+					t.Errorf("%s: start %v after its time %v", m.Name(), start, end)
+				}
+			}
 		}
 	}
 }

@@ -23,7 +23,9 @@
 // max_models distinct names), error.type and llm.finish_reason; never a
 // request id. They are emitted every flush_interval and at shutdown. Past
 // max_series a new series is folded into one with otel.metric.overflow=true,
-// as the OpenTelemetry SDK does.
+// as the OpenTelemetry SDK does, and a new resource (a new pod) into one
+// resource with that attribute, so churning instances cannot grow the
+// series past the bound.
 //
 //	connectors:
 //	  llmtrace_metrics:
