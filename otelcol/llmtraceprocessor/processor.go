@@ -67,13 +67,15 @@ func (x *expander) expandResource(rs ptrace.ResourceSpans, t *spans.Tree) {
 			}
 			t.Reset()
 			r.Tree(t)
-			if !created {
+			if !created && len(t.Spans) > 1 { // no empty scope for a root alone
 				nss := sss.AppendEmpty()
 				nss.Scope().SetName(reconstruct.ScopeName)
 				nss.Scope().SetVersion(reconstruct.Version())
 				out, created = nss.Spans(), true
 			}
-			appendChildren(out, sp, t)
+			if created {
+				appendChildren(out, sp, t)
+			}
 			sp.Attributes().PutStr(string(attributes.ReconstructEngine), e.Name)
 			if r.Clamped > 0 {
 				sp.Attributes().PutInt(string(attributes.ReconstructClamped), int64(r.Clamped))

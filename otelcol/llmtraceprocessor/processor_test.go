@@ -178,3 +178,19 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("vllm-v0 mapping gave %+v, want queue 0→50ms first", children)
 	}
 }
+
+// A span whose tree is its root alone (vLLM's request aborted before it was
+// scheduled: no first token, no queue) is annotated but adds no scope: an
+// empty reconstruct scope would be payload on every such request.
+func TestProcessorNoEmptyScope(t *testing.T) {
+	td := ptrace.NewTraces()
+	ss := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty()
+	spantest.VLLM(ss, pcommon.TraceID{1}, pcommon.SpanID{2}, t0, 0, 0.2, -5000.25, 0, 0, 50, 0, "abort")
+	out := run(t, createDefaultConfig().(*Config), td)
+	sss := out.ResourceSpans().At(0).ScopeSpans()
+	for i := 0; i < sss.Len(); i++ {
+		if sss.At(i).Spans().Len() == 0 {
+			t.Errorf("scope %q with no spans", sss.At(i).Scope().Name())
+		}
+	}
+}
