@@ -154,7 +154,10 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithStatsLog logs a vLLM-style stats line (throughput, running, waiting,
 // preemptions, KV-cache usage, prefix-cache hit rate) to logger at most once
-// per interval of recorded time. Without it nothing is logged.
+// per interval of recorded time, whether updates come per request, in
+// Steps or with scheduler stats; the first interval starts when the
+// tracker first checks it and holds only what was recorded after. Without
+// it nothing is logged.
 func WithStatsLog(logger *slog.Logger, interval time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.logger = logger

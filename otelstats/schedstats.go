@@ -127,7 +127,7 @@ func (s Stats) String() string {
 			mbps = float64(s.KVBytes) / 1e6 / s.KVTime.Seconds()
 		}
 		line += fmt.Sprintf(", KV transfer: %d transfers (%d failed), avg %.1f ms, %.1f MB/s",
-			s.KVTransfers, s.KVFailures, float64(s.KVTime.Milliseconds())/float64(s.KVTransfers), mbps)
+			s.KVTransfers, s.KVFailures, float64(s.KVTime)/1e6/float64(s.KVTransfers), mbps)
 	}
 	return line
 }
@@ -161,7 +161,7 @@ func (l *statsLog) addServing(s *RequestStats) {
 	v.SpecDrafted += int64(s.NumDraftTokens)
 	v.SpecAccepted += int64(s.NumAcceptedTokens)
 	v.SpecSteps += int64(s.NumSpecSteps)
-	if s.KVSource != "" {
+	if s.KVSource != "" && s.KVTransferDuration.Valid { // an abort during the wait transferred nothing
 		v.KVTransfers++
 		v.KVBytes += s.KVTransferBytes
 		v.KVTime += s.KVTransferDuration.Value
@@ -172,6 +172,19 @@ func (l *statsLog) addServing(s *RequestStats) {
 }
 
 func newStatsLog(t *Tracker) *statsLog { return &statsLog{t: t} }
+
+// counts are the prompt and generated tokens and the preemptions recorded
+// so far, over the shards.
+func (l *statsLog) counts() (prompt, gen, pre int64) {
+	gen = l.t.stepGen.Load()
+	for i := range l.t.shards {
+		sh := &l.t.shards[i]
+		prompt += sh.promptTok.Load()
+		gen += sh.genTok.Load()
+		pre += sh.preempts.Load()
+	}
+	return prompt, gen, pre
+}
 
 func (l *statsLog) addRequest(queries, hits int64) {
 	l.mu.Lock()
@@ -191,7 +204,11 @@ func (l *statsLog) maybeLog(ns int64) {
 	}
 	l.mu.Lock()
 	if l.last == 0 {
-		l.last = ns
+		// The first interval starts here: what was recorded before is
+		// not in it.
+		l.prompt, l.gen, l.preempts = l.counts()
+		l.last, l.lastFinished = ns, l.finished
+		l.serving = Stats{}
 		l.mu.Unlock()
 		return
 	}
@@ -217,22 +234,17 @@ func (l *statsLog) maybeLog(ns int64) {
 		slog.Int("waiting", s.Waiting),
 		slog.Int64("preemptions", s.Preemptions),
 		slog.Float64("kv_cache_usage", s.KVCacheUsage),
-		slog.Float64("prefix_cache_hit_rate", s.HitRate),
 	)
+	if s.HitRateValid { // absent before any request was scheduled, never 0
+		rec.AddAttrs(slog.Float64("prefix_cache_hit_rate", s.HitRate))
+	}
 	_ = h.Handle(ctx, rec)
 }
 
 // snapshot computes the interval ending at ns and starts the next. Called
 // with mu held.
 func (l *statsLog) snapshot(ns int64) Stats {
-	var prompt, pre int64
-	gen := l.t.stepGen.Load()
-	for i := range l.t.shards {
-		sh := &l.t.shards[i]
-		prompt += sh.promptTok.Load()
-		gen += sh.genTok.Load()
-		pre += sh.preempts.Load()
-	}
+	prompt, gen, pre := l.counts()
 	secs := float64(ns-l.last) / 1e9
 	s := Stats{
 		Time:                 time.Unix(0, ns),

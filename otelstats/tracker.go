@@ -659,6 +659,9 @@ func (t *Tracker) maybeSweep(ns int64) {
 	t.nextSweep.Store(now + int64(every))
 	t.sweepMu.Unlock()
 	t.sweep(now, false)
+	// A tracker fed only per-request updates (no Step, no scheduler
+	// stats) logs its line as recorded time passes too.
+	t.stats.maybeLog(now)
 }
 
 type ended struct {
