@@ -752,3 +752,37 @@ func TestCloseDrainsWrittenData(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// TestProducerDropsWhatNoCollectorTakes: an update larger than a
+// collector's frame or line limit (a 70 KiB stop string) is dropped at the
+// producer and counted; the connection and the updates after it go on.
+// Sent, it ended the stream at the collector and took an update written
+// after it along, counted as sent.
+func TestProducerDropsWhatNoCollectorTakes(t *testing.T) {
+	for _, json := range []bool{false, true} {
+		t.Run(fmt.Sprint("json=", json), func(t *testing.T) {
+			e := newEnv(t, Config{})
+			p, err := NewProducer(ProducerConfig{Addr: "unix:" + e.sock, JSON: json})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait(t, "connect", func() bool { return p.Stats().Connects == 1 })
+			now := time.Now()
+			p.Send(otelstats.Update{Kind: otelstats.KindArrived, RequestID: "big", Model: "m", Time: now,
+				Sampling: &otelstats.SamplingParams{Stop: []string{strings.Repeat("x", 70<<10)}}})
+			for i := range 20 {
+				p.Send(otelstats.Update{Kind: otelstats.KindArrived, RequestID: fmt.Sprint("after", i), Model: "m", Time: now})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := p.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wait(t, "the 20 small updates", func() bool { return e.c.Stats().Updates == 20 })
+			st, cs := p.Stats(), e.c.Stats()
+			if st.Sent != 20 || st.Dropped != 1 || st.Lost != 0 || st.Connects != 1 || cs.Oversized != 0 {
+				t.Errorf("producer %+v, collector %+v; want 20 sent, 1 dropped, one connection, nothing oversized", st, cs)
+			}
+		})
+	}
+}

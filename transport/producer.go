@@ -69,7 +69,7 @@ type ProducerConfig struct {
 type ProducerStats struct {
 	Queued   int64 // accepted by Send
 	Sent     int64 // written to the connection
-	Dropped  int64 // refused by Send (buffer full or closed), or unsent at Close
+	Dropped  int64 // refused by Send (buffer full or closed), larger than a collector takes, or unsent at Close
 	Lost     int64 // encoded, but the connection failed while writing them
 	Connects int64 // connections established
 }
@@ -398,17 +398,24 @@ func (w *writer) next() (u *otelstats.Update, ok bool) {
 // send writes u and whatever else is buffered, up to a batch, in one write.
 func (w *writer) send(u *otelstats.Update) {
 	p := w.p
-	n := 1
-	w.buf = p.appendUpdate(w.buf[:0], u)
+	n := 0
+	w.buf = w.buf[:0]
+	if w.add(u) {
+		n++
+	}
 batch:
 	for n < maxBatchUpdates && len(w.buf) < maxBatchBytes {
 		select {
 		case v := <-p.ch:
-			w.buf = p.appendUpdate(w.buf, &v)
-			n++
+			if w.add(&v) {
+				n++
+			}
 		default:
 			break batch
 		}
+	}
+	if n == 0 {
+		return
 	}
 	_ = w.conn.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
 	w.ping.reset()
@@ -419,6 +426,29 @@ batch:
 		return
 	}
 	p.n.sent.Add(int64(n))
+	if cap(w.buf) > 1<<20 {
+		w.buf = nil // one large update must not pin its buffer for the producer's life
+	}
+}
+
+// add appends u's encoding to w.buf, unless it is larger than a collector
+// takes (DefaultMaxFrame, DefaultMaxLine): such a frame ends the stream
+// at the collector, and every update written after it on the connection
+// with it, so it is dropped here and counted, and the stream goes on.
+func (w *writer) add(u *otelstats.Update) bool {
+	start := len(w.buf)
+	w.buf = w.p.appendUpdate(w.buf, u)
+	size, limit := len(w.buf)-start-4, DefaultMaxFrame // the frame's length prefix
+	if w.p.cfg.JSON {
+		size, limit = len(w.buf)-start-1, DefaultMaxLine // the line's newline
+	}
+	if size <= limit {
+		return true
+	}
+	w.buf = w.buf[:start]
+	w.p.n.dropped.Add(1)
+	w.p.log.Warn("dropped an update larger than a collector takes", "request_id", u.RequestID, "kind", u.Kind.String(), "bytes", size, "limit", limit)
+	return false
 }
 
 // ping writes a PING (an empty line in JSON); false means the connection
