@@ -543,11 +543,13 @@ func (ex *exchange) finishUpdate(o *outcome) otelstats.Update {
 	switch {
 	case ex.cut != "":
 		fail(ex.cut)
-	case ex.cfg.closing.Load() && ex.aborted(o):
-		// Cut by the server's close, not by the client: as the tracker's
-		// Shutdown ends a request it still holds.
-		u.FinishReason = otelstats.FinishUnfinished
 	case ex.aborted(o):
+		if ex.cfg.closing.Load() {
+			// Cut by the server's close, not by the client: as the
+			// tracker's Shutdown ends a request it still holds.
+			u.FinishReason = otelstats.FinishUnfinished
+			break
+		}
 		u.FinishReason = otelstats.FinishAbort
 		at := ex.writeErrAt
 		if at.IsZero() || (!o.gone.IsZero() && o.gone.Before(at)) {

@@ -29,6 +29,7 @@ type instruments struct {
 	gauge    []metric.RecordOption
 	instance attribute.Set
 	add      []metric.AddOption
+	role     []attribute.KeyValue // the role alone, to join other attributes
 
 	mu      sync.Mutex
 	sets    map[attrKey]*attrSets
@@ -150,24 +151,21 @@ func (in *instruments) attrs(k attrKey) *attrSets {
 	return s
 }
 
-// countTruncated counts a value of key cut at its cap.
 // setRole puts a WithPDRole tracker's role on its instance-wide
 // instruments.
 func (in *instruments) setRole(role string) {
-	kv := attributes.PDRole.String(role)
-	in.instance = attribute.NewSet(kv)
+	in.role = []attribute.KeyValue{attributes.PDRole.String(role)}
+	in.instance = attribute.NewSet(in.role...)
 	in.gauge = []metric.RecordOption{metric.WithAttributeSet(in.instance)}
 	in.add = []metric.AddOption{metric.WithAttributeSet(in.instance)}
 }
 
 // withInstance is the set of kv and the instance's role, if any.
 func (in *instruments) withInstance(kv attribute.KeyValue) attribute.Set {
-	if role, ok := in.instance.Value(attributes.PDRole); ok {
-		return attribute.NewSet(kv, attributes.PDRole.String(role.AsString()))
-	}
-	return attribute.NewSet(kv)
+	return attribute.NewSet(append([]attribute.KeyValue{kv}, in.role...)...)
 }
 
+// countTruncated counts a value of key cut at its cap.
 func (in *instruments) countTruncated(key attribute.Key) {
 	in.truncated.Add(context.Background(), 1, metric.WithAttributeSet(in.withInstance(attributes.TruncatedKey.String(string(key)))))
 }
