@@ -26,7 +26,8 @@ func newConfig(opts []Option) config {
 }
 
 // WithEngine applies e to every span instead of detecting the engine per
-// span (Detect).
+// span (Detect), except llmtrace's own spans, which are never expanded
+// (Resolve).
 func WithEngine(e Engine) Option {
 	return optionFunc(func(c *config) { c.engine = &e })
 }

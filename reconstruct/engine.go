@@ -57,6 +57,18 @@ func EngineByName(name string) (Engine, bool) {
 	return Engine{}, false
 }
 
+// Resolve is the mapping for s when forced (nil: none) was configured:
+// llmtrace's own spans stay LLMTrace whatever is forced, since they carry
+// the SPEC's meanings and already have their children (forcing an engine
+// on them would expand a request twice and misread its keys); any other
+// span gets forced, else Detect's choice.
+func Resolve(s *Span, forced *Engine) Engine {
+	if forced == nil || strings.HasPrefix(s.Scope, scopeLLMTrace) {
+		return Detect(s)
+	}
+	return *forced
+}
+
 // Detect picks the mapping for s from what the engines' code puts on
 // their spans: llmtrace's instrumentation scope; SGLang's tracer name or
 // its "Req <rid>" root name; a time_in_model_prefill key (vLLM V1, and

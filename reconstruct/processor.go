@@ -60,10 +60,7 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 		p.next.OnEnd(s)
 		return
 	}
-	e := Detect(&in)
-	if p.engine != nil {
-		e = *p.engine
-	}
+	e := Resolve(&in, p.engine)
 	r, ok := Compute(&in, e)
 	if !ok || e.NoExpand {
 		p.next.OnEnd(s)

@@ -109,3 +109,15 @@ func hasKV(kvs []attribute.KeyValue, want attribute.KeyValue) bool {
 	}
 	return false
 }
+
+// A forced engine is for engine spans: llmtrace's own roots already have
+// their children, so WithEngine must not expand them again.
+func TestSpanProcessorForcedEngineLeavesLLMTraceRoots(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(reconstruct.NewSpanProcessor(rec, reconstruct.WithEngine(reconstruct.VLLM))))
+	_, s := tp.Tracer("github.com/llmtrace/llmtrace/otelstats").Start(context.Background(), "chat m", trace.WithAttributes(vllmAttrs()...))
+	s.End()
+	if n := len(rec.Ended()); n != 1 {
+		t.Errorf("llmtrace's root under a forced engine gave %d spans, want itself alone", n)
+	}
+}

@@ -132,17 +132,15 @@ func (c *metricsConnector) consume(td ptrace.Traces, now time.Time) {
 }
 
 // engineFor is the mapping the processor applied (llm.reconstruct.engine),
-// else the configured one, else the detected one.
+// else the configured one (never for llmtrace's own roots), else the
+// detected one.
 func (c *metricsConnector) engineFor(sp ptrace.Span, in *reconstruct.Span) reconstruct.Engine {
 	if v, ok := sp.Attributes().Get(string(attributes.ReconstructEngine)); ok {
 		if e, ok := reconstruct.EngineByName(v.AsString()); ok {
 			return e
 		}
 	}
-	if c.engine != nil {
-		return *c.engine
-	}
-	return reconstruct.Detect(in)
+	return reconstruct.Resolve(in, c.engine)
 }
 
 func (c *metricsConnector) resource(res pcommon.Resource) *resourceState {

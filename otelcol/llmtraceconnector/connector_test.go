@@ -427,3 +427,26 @@ func TestFlushNotBeforeStart(t *testing.T) {
 		}
 	}
 }
+
+// A forced engine is for engine spans: llmtrace's own roots carry the
+// SPEC's meanings (time_in_queue from QUEUED, not from arrival) whatever
+// the connector is told, so their metrics do not change with it.
+func TestConnectorForcedEngineLeavesLLMTraceRoots(t *testing.T) {
+	td, _ := driveTracker(t, 20, 3)
+	auto, _ := fromPdata(runConnector(t, createDefaultConfig().(*Config), td))
+	for _, engine := range []string{"vllm", "vllm-v0", "sglang", "tensorrt-llm"} {
+		cfg := createDefaultConfig().(*Config)
+		cfg.Engine = engine
+		got, _ := fromPdata(runConnector(t, cfg, td))
+		for k, w := range auto {
+			if g := got[k]; g.count != w.count || g.value != w.value || g.counts != w.counts || math.Abs(g.sum-w.sum) > 1e-9 {
+				t.Errorf("engine %s: %s = %+v, want %+v", engine, k, g, w)
+			}
+		}
+		for k := range got {
+			if _, ok := auto[k]; !ok {
+				t.Errorf("engine %s: extra series %s", engine, k)
+			}
+		}
+	}
+}

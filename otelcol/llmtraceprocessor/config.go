@@ -12,7 +12,8 @@ import (
 type Config struct {
 	// Engine names the mapping applied to every span: "auto" (the default)
 	// detects it per span (reconstruct.Detect); vllm, vllm-v0, sglang and
-	// tensorrt-llm force one.
+	// tensorrt-llm force one (never on llmtrace's own roots, which are
+	// not expanded).
 	Engine string `mapstructure:"engine"`
 }
 

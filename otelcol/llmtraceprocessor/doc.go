@@ -16,6 +16,7 @@
 //	  llmtrace:
 //	    engine: auto   # or vllm, vllm-v0, sglang, tensorrt-llm
 //
-// The mapping per engine and version is documented in package
-// github.com/llmtrace/llmtrace/reconstruct.
+// A forced engine applies to every engine span; llmtrace's own roots are
+// never expanded, whatever the setting. The mapping per engine and version
+// is documented in package github.com/llmtrace/llmtrace/reconstruct.
 package llmtraceprocessor

@@ -57,10 +57,7 @@ func (x *expander) expandResource(rs ptrace.ResourceSpans, t *spans.Tree) {
 				continue
 			}
 			in := spanread.Read(sp, scope)
-			e := reconstruct.Detect(&in)
-			if x.engine != nil {
-				e = *x.engine
-			}
+			e := reconstruct.Resolve(&in, x.engine)
 			r, ok := reconstruct.Compute(&in, e)
 			if !ok || e.NoExpand {
 				continue

@@ -194,3 +194,23 @@ func TestProcessorNoEmptyScope(t *testing.T) {
 		}
 	}
 }
+
+// A forced engine applies to engine spans, not to llmtrace's own roots,
+// which have their children already: expanding them would duplicate every
+// phase of the request.
+func TestProcessorForcedEngineLeavesLLMTraceRoots(t *testing.T) {
+	for _, engine := range []string{"vllm", "vllm-v0", "sglang", "tensorrt-llm"} {
+		td := ptrace.NewTraces()
+		ss := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty()
+		ss.Scope().SetName("github.com/llmtrace/llmtrace/otelstats")
+		root := spantest.VLLM(ss, pcommon.TraceID{1}, pcommon.SpanID{2}, t0, 0.3, 1.0, 0.05, 0.2, 0.6, 10, 5, "stop")
+		root.SetName("chat m")
+		out := run(t, &Config{Engine: engine}, td)
+		if out.SpanCount() != 1 {
+			t.Errorf("engine %s: llmtrace's root expanded into %d spans", engine, out.SpanCount())
+		}
+		if _, ok := out.ResourceSpans().At(0).ScopeSpans().At(0).Spans().At(0).Attributes().Get(string(attributes.ReconstructEngine)); ok {
+			t.Errorf("engine %s: llmtrace's root was marked expanded", engine)
+		}
+	}
+}
