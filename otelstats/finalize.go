@@ -158,7 +158,7 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 		s.OutputTokenLatencies = r.tokenLatencies()
 	}
 	if r.extra != nil {
-		r.serving(s, first)
+		r.serving(s, end, first)
 	}
 }
 
@@ -227,12 +227,13 @@ func (r *reqState) tokens(s *RequestStats) int64 {
 // does, so that skew between the two sides (or an engine token after the
 // client's FINISHED) can never make TTFT or a phase exceed e2e.
 func (r *reqState) latencies(s *RequestStats, end, first int64) {
-	lo, hi := r.arrived, max(end, r.arrived)
-	in := func(ns int64) int64 { return min(max(ns, lo), hi) }
+	in := func(ns int64) int64 { return r.inRoot(ns, end) }
 	firstQueued, firstPrefill := in(r.firstQueued), in(r.firstPrefill)
 	if r.firstQueued != 0 && r.firstPrefill != 0 {
 		// SPEC §7: the transfer between the two waits is not queueing.
-		s.QueueDuration = some(time.Duration(firstPrefill - firstQueued - r.transferNs()))
+		// Its instants are clamped as the waits' are, so the value is
+		// the two llm.queue spans around it.
+		s.QueueDuration = some(time.Duration(firstPrefill - firstQueued - r.transferNs(end)))
 	}
 	if first != 0 {
 		first = in(first)
@@ -250,10 +251,17 @@ func (r *reqState) latencies(s *RequestStats, end, first int64) {
 	}
 }
 
-// transferNs is the completed KV transfer's duration, or 0.
-func (r *reqState) transferNs() int64 {
+// inRoot is ns clamped into the root [ARRIVED, end], as spans.Build clamps
+// the children's instants.
+func (r *reqState) inRoot(ns, end int64) int64 {
+	return min(max(ns, r.arrived), max(end, r.arrived))
+}
+
+// transferNs is the completed KV transfer's duration, its instants clamped
+// into the root [ARRIVED, end] as its llm.kv_transfer span's are, or 0.
+func (r *reqState) transferNs(end int64) int64 {
 	if kv := r.kv(); kv != nil && kv.ready != 0 {
-		return max(kv.ready-kv.wait, 0)
+		return max(r.inRoot(kv.ready, end)-r.inRoot(kv.wait, end), 0)
 	}
 	return 0
 }
@@ -289,12 +297,15 @@ func (r *reqState) tokenLatencies() []time.Duration {
 }
 
 // serving sets SPEC §7–9's values.
-func (r *reqState) serving(s *RequestStats, first int64) {
+func (r *reqState) serving(s *RequestStats, end, first int64) {
 	x := r.extra
 	if kv := x.kv; kv != nil {
 		s.KVSource, s.KVTransferBytes, s.KVTransferFailed = kv.source, kv.bytes, kv.failed
 		if kv.ready != 0 {
-			s.KVTransferDuration = some(time.Duration(kv.ready - kv.wait))
+			// SPEC §3: the span's instants, clamped into the root, so
+			// skew cannot make the transfer exceed e2e or disagree with
+			// its llm.kv_transfer span.
+			s.KVTransferDuration = some(time.Duration(r.transferNs(end)))
 			if !kv.failed {
 				// SPEC §7: the tokens whose KV arrived. Until READY,
 				// kv.tokens is the WAIT's expectation; a failed
@@ -323,7 +334,13 @@ func (r *reqState) serving(s *RequestStats, first int64) {
 	if e := x.enc; e != nil {
 		e.closeAt(r.enEnd())
 		if e.n > 0 {
-			s.EncodeDuration, s.NumEncoderRuns = some(time.Duration(e.total)), int(e.n)
+			// The runs that have spans count as their llm.encode spans
+			// do, clamped into the root; later ones as reported.
+			total := e.total
+			for _, er := range e.runs {
+				total += r.inRoot(er.end, end) - r.inRoot(er.start, end)
+			}
+			s.EncodeDuration, s.NumEncoderRuns = some(time.Duration(total)), int(e.n)
 		}
 	}
 }

@@ -50,7 +50,7 @@ type encState struct {
 	runs  []encRun // at most maxEncodeRuns
 	open  bool
 	start int64 // of the open run
-	total int64 // ns, closed runs
+	total int64 // ns, the closed runs past maxEncodeRuns (runs has the others)
 	n     int32 // runs, all of them
 	cur   encRun
 }
@@ -75,10 +75,11 @@ func (e *encState) begin(ns int64, items, tokens int) {
 func (e *encState) end(ns int64, hit bool) {
 	e.open = false
 	e.cur.end, e.cur.hit = ns, hit
-	e.total += ns - e.cur.start
 	e.n++
 	if len(e.runs) < maxEncodeRuns {
 		e.runs = append(e.runs, e.cur)
+	} else {
+		e.total += ns - e.cur.start
 	}
 }
 
