@@ -21,7 +21,9 @@ import (
 // is not NoExpand), the rebuilt children, parented to that span in its
 // trace and under its resource, with the scope ScopeName. The engine span
 // itself goes on with llm.reconstruct.engine (and llm.reconstruct.clamped
-// when values were clamped) added. Other spans pass untouched.
+// when values were clamped) added. The children carry the engine span's
+// trace flags and tracestate; a recorded but unsampled engine span gets
+// none. Other spans pass untouched.
 //
 // Use NewSpanProcessor; the zero SpanProcessor is not usable. It is safe
 // for concurrent use, as sdktrace requires; OnEnd never blocks beyond the
@@ -70,14 +72,22 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	t.Reset()
 	r.Tree(t)
 	sc := s.SpanContext()
-	t.TraceID, t.SpanID, t.Parent = sc.TraceID(), sc.SpanID(), s.Parent()
+	// The tree's parent is the engine span itself: its root (the engine
+	// span, dropped by skipRoot) takes the parent's flags and tracestate,
+	// and so the children carry the engine span's, as a Tracer's children
+	// of it would.
+	t.TraceID, t.SpanID, t.Parent = sc.TraceID(), sc.SpanID(), sc
 	extra := []attribute.KeyValue{attributes.ReconstructEngine.String(e.Name)}
 	if r.Clamped > 0 {
 		extra = append(extra, attributes.ReconstructClamped.Int(r.Clamped))
 		p.clamped.Add(context.Background(), int64(r.Clamped))
 	}
 	p.next.OnEnd(&annotated{ReadOnlySpan: s, attrs: append(s.Attributes()[:len(s.Attributes()):len(s.Attributes())], extra...)})
-	t.Export(skipRoot{p.next, sc.SpanID()}, &spans.Source{Resource: s.Resource(), Scope: instrumentation.Scope{Name: ScopeName, Version: Version()}})
+	// A recorded but unsampled span is not exported: its children, which
+	// Export marks sampled, would be orphans.
+	if sc.IsSampled() {
+		t.Export(skipRoot{p.next, sc.SpanID()}, &spans.Source{Resource: s.Resource(), Scope: instrumentation.Scope{Name: ScopeName, Version: Version()}})
+	}
 	p.trees.Put(t)
 }
 

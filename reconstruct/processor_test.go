@@ -121,3 +121,47 @@ func TestSpanProcessorForcedEngineLeavesLLMTraceRoots(t *testing.T) {
 		t.Errorf("llmtrace's root under a forced engine gave %d spans, want itself alone", n)
 	}
 }
+
+// stateSampler records every span; it samples (or not) and writes a
+// tracestate, as a consistent-probability sampler does.
+type stateSampler struct{ sample bool }
+
+func (s stateSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	ts, _ := trace.ParseTraceState("ot=th:8")
+	d := sdktrace.RecordOnly
+	if s.sample {
+		d = sdktrace.RecordAndSample
+	}
+	return sdktrace.SamplingResult{Decision: d, Tracestate: ts}
+}
+func (stateSampler) Description() string { return "state" }
+
+// The rebuilt children are the engine span's children: they carry its
+// sampling decision, flags and tracestate. A recorded but unsampled engine
+// span (which exporters drop) gets no sampled children of its own to
+// export as orphans.
+func TestSpanProcessorChildrenFollowTheEngineSpan(t *testing.T) {
+	for _, sample := range []bool{true, false} {
+		rec := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(stateSampler{sample}),
+			sdktrace.WithSpanProcessor(reconstruct.NewSpanProcessor(rec)))
+		sc := emitVLLM(tp, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), vllmAttrs()...)
+		children := 0
+		for _, s := range rec.Ended() {
+			if !hasKV(s.Attributes(), attributes.Reconstructed.Bool(true)) {
+				continue
+			}
+			children++
+			c := s.SpanContext()
+			if c.IsSampled() != sc.IsSampled() || c.TraceFlags() != sc.TraceFlags() {
+				t.Errorf("sampled %v: child %s has flags %v, its engine span %v", sample, s.Name(), c.TraceFlags(), sc.TraceFlags())
+			}
+			if c.TraceState().String() != sc.TraceState().String() {
+				t.Errorf("sampled %v: child %s has tracestate %q, its engine span %q", sample, s.Name(), c.TraceState(), sc.TraceState())
+			}
+		}
+		if sample && children != 4 {
+			t.Errorf("a sampled engine span got %d children, want 4", children)
+		}
+	}
+}
