@@ -89,6 +89,9 @@ func appendChildren(out ptrace.SpanSlice, parent ptrace.Span, t *spans.Tree) {
 		c.SetTraceID(parent.TraceID())
 		c.SetSpanID(pcommon.SpanID(spans.NewSpanID()))
 		c.SetParentSpanID(parent.SpanID())
+		// The engine span's W3C trace flags (bits 0-7: sampled, random);
+		// the parent, the engine span, is local (bit 8 set, bit 9 clear).
+		c.SetFlags(parent.Flags()&0xff | 0x100)
 		if raw := parent.TraceState().AsRaw(); raw != "" {
 			c.TraceState().FromRaw(raw)
 		}

@@ -214,3 +214,24 @@ func TestProcessorForcedEngineLeavesLLMTraceRoots(t *testing.T) {
 		}
 	}
 }
+
+// The rebuilt children carry the engine span's W3C trace flags (sampled,
+// random), as a tracer's children of it would, with a local parent (OTLP
+// flags bit 8 set, bit 9 clear): the engine span's own parent may be
+// remote, theirs is not.
+func TestProcessorChildrenCarryTraceFlags(t *testing.T) {
+	td := ptrace.NewTraces()
+	ss := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty()
+	sp := spantest.VLLM(ss, pcommon.TraceID{1}, pcommon.SpanID{2}, t0, 0.3, 1.0, 0.05, 0.2, 0.6, 10, 5, "stop")
+	sp.SetFlags(0x303) // sampled, random; its parent is remote
+	out := run(t, createDefaultConfig().(*Config), td)
+	kids := out.ResourceSpans().At(0).ScopeSpans().At(1).Spans()
+	if kids.Len() != 4 {
+		t.Fatalf("%d children", kids.Len())
+	}
+	for i := 0; i < kids.Len(); i++ {
+		if f := kids.At(i).Flags(); f != 0x103 {
+			t.Errorf("%s has flags %#x, want 0x103", kids.At(i).Name(), f)
+		}
+	}
+}
