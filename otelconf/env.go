@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -130,12 +131,19 @@ func selectSignal(signal, override string) (selection, error) {
 	if err := checkEndpoints(s.suffix); err != nil {
 		return s, err
 	}
-	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_"+s.suffix+"_ENDPOINT") == "" {
-		// The specification's default is plaintext; the Go exporters'
-		// own is TLS.
-		s.override = specDefaultEndpoint(s.protocol, signal)
-	}
 	s.endpoint = otlpEndpoint(s.suffix, s.protocol, signal)
+	if u, err := url.Parse(s.endpoint); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		// Given to the exporter in code, over what it reads itself:
+		// the specification's default endpoint when no variable is set
+		// (plaintext; the Go exporters' own default is TLS), and an
+		// http:// or https:// endpoint's scheme over
+		// OTEL_EXPORTER_OTLP_INSECURE, as the specification has it
+		// (the Go exporters apply the variable after the scheme, so a
+		// leftover INSECURE=true would send to an https:// endpoint in
+		// clear text). The URL is the one the exporter resolves from
+		// the variables; WithEndpointURL changes nothing else.
+		s.override = s.endpoint
+	}
 	return s, nil
 }
 
@@ -195,6 +203,13 @@ func otlpEndpoint(suffix, protocol, signal string) string {
 		return specDefaultEndpoint(protocol, signal)
 	case protocol == "grpc":
 		return v
+	}
+	// As the HTTP exporters build it: the signal's path joined to the
+	// base URL's.
+	if u, err := url.Parse(v); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		u.Path = path.Join(u.Path, "/v1/"+signal)
+		u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+		return u.String()
 	}
 	return strings.TrimSuffix(v, "/") + "/v1/" + signal
 }

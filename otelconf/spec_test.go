@@ -1,0 +1,65 @@
+package otelconf
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// TestSchemeWinsOverInsecure: the specification's OTLP exporter options
+// say an endpoint's http:// scheme means plaintext and https:// TLS, and
+// that the scheme takes precedence over OTEL_EXPORTER_OTLP_INSECURE. The Go
+// exporters apply the variable after the scheme, so a leftover
+// INSECURE=true would send an https:// endpoint's spans (and their
+// headers, an API key among them) in clear text. The receiver here is
+// plaintext: an http:// endpoint reaches it whatever INSECURE says, an
+// https:// one never does.
+func TestSchemeWinsOverInsecure(t *testing.T) {
+	for _, proto := range []string{"grpc", "http/protobuf"} {
+		for _, tc := range []struct {
+			name      string
+			scheme    string
+			perSignal bool
+			insecure  string
+			arrive    bool
+		}{
+			{name: "http, INSECURE=false", scheme: "http", insecure: "false", arrive: true},
+			{name: "http per signal, TRACES_INSECURE=false", scheme: "http", perSignal: true, insecure: "false", arrive: true},
+			{name: "https, INSECURE=true", scheme: "https", insecure: "true"},
+			{name: "https per signal, TRACES_INSECURE=true", scheme: "https", perSignal: true, insecure: "true"},
+		} {
+			t.Run(proto+"/"+tc.name, func(t *testing.T) {
+				rec := startReceiver(t, receiverOpts{http: proto != "grpc", traces: true})
+				ep := tc.scheme + strings.TrimPrefix(rec.Endpoint, "http")
+				epVar, insecureVar := "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_INSECURE"
+				if tc.perSignal {
+					epVar, insecureVar = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_INSECURE"
+					if proto != "grpc" {
+						ep += "/v1/traces"
+					}
+				}
+				cleanEnv(t, epVar, ep, insecureVar, tc.insecure, "OTEL_EXPORTER_OTLP_PROTOCOL", proto,
+					"OTEL_METRICS_EXPORTER", "none", "OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20secret",
+					"OTEL_EXPORTER_OTLP_TIMEOUT", "1000")
+				_ = captureErrors(t)
+				p := setup(t, Config{})
+				tr, err := otelstats.NewTracker(p.TrackerOptions()...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				request(t, tr)
+				_ = tr.Shutdown(context.Background())
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = p.Shutdown(ctx)
+				if got := rec.spanCount() == treeSpans; got != tc.arrive {
+					t.Errorf("%d spans reached the plaintext receiver at %s with %s=%s; want them to arrive: %v (status %s)",
+						rec.spanCount(), ep, insecureVar, tc.insecure, tc.arrive, p.Status())
+				}
+			})
+		}
+	}
+}
