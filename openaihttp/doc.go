@@ -97,7 +97,10 @@
 // completion_tokens (never fewer than the content chunks): while the
 // layer waits for a final usage its deliveries are held (at most 4,096),
 // then the usage is spread over them in proportion to their choices;
-// otherwise the last delivery carries what the others did not.
+// otherwise the last delivery carries what the others did not. A stream
+// whose usage counts tokens that no chunk showed (a stop token alone) is
+// counted as a response in one piece is: FINISHED carries them, with no
+// token times.
 //
 // # Input processing and the prompt's size
 //

@@ -476,8 +476,10 @@ func (ex *exchange) finish(o outcome, metrics func(otelstats.Update)) otelstats.
 	ex.settle()
 	ex.ensureInput()
 	u := ex.finishUpdate(&o)
-	if ex.mode == modeJSON && ex.status < 400 && ex.obs.output > 0 {
-		// Delivered in one piece: counted, with no token times (SPEC §2).
+	if ex.status < 400 && ex.obs.output > 0 && ex.recorded == 0 {
+		// Delivered in one piece, or a stream whose usage counts tokens
+		// no chunk showed (a stop token alone, an output the layer does
+		// not read as text): counted, with no token times (SPEC §2).
 		u.NumOutputTokens = int(ex.obs.output)
 	}
 	if ex.prompt >= 0 && !ex.inputRecorded {
