@@ -378,6 +378,43 @@ type panel struct {
 		Title string `json:"title"`
 		URL   string `json:"url"`
 	} `json:"links"`
+	FieldConfig struct {
+		Defaults struct {
+			Unit string `json:"unit"`
+		} `json:"defaults"`
+		Overrides []struct {
+			Matcher struct {
+				ID      string `json:"id"`
+				Options any    `json:"options"`
+			} `json:"matcher"`
+			Properties []struct {
+				ID    string `json:"id"`
+				Value any    `json:"value"`
+			} `json:"properties"`
+		} `json:"overrides"`
+	} `json:"fieldConfig"`
+}
+
+// unit is the display unit of target refID's values: the panel's default,
+// unless an override matching that query (byFrameRefID) sets another.
+func (p panel) unit(t *testing.T, refID string) string {
+	t.Helper()
+	u := p.FieldConfig.Defaults.Unit
+	for _, o := range p.FieldConfig.Overrides {
+		for _, pr := range o.Properties {
+			if pr.ID != "unit" {
+				continue
+			}
+			if o.Matcher.ID != "byFrameRefID" {
+				t.Errorf("panel %q: a unit override matched by %q; this test knows byFrameRefID only", p.Title, o.Matcher.ID)
+				continue
+			}
+			if o.Matcher.Options == refID {
+				u, _ = pr.Value.(string)
+			}
+		}
+	}
+	return u
 }
 
 type target struct {
@@ -608,6 +645,55 @@ func TestDashboardMetricsAreExported(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("series the exporter produces: %v", keys(exp))
+	}
+}
+
+// Grafana's units of durations and of data rates.
+var (
+	timeUnits = map[string]bool{"ns": true, "µs": true, "ms": true, "s": true, "m": true, "h": true, "d": true,
+		"dtdurationms": true, "dtdurations": true, "dthms": true, "dtdhms": true, "clockms": true, "clocks": true}
+	dataRateUnits = map[string]bool{"Bps": true, "binBps": true, "bps": true, "binbps": true,
+		"KBs": true, "MBs": true, "GBs": true, "TBs": true, "Kbits": true, "Mbits": true, "Gbits": true}
+)
+
+// TestDashboardUnits checks that every query's values are shown in a unit
+// that fits what the query computes: a duration unit for a quantile of a
+// _seconds histogram, a data-rate unit for the rate of a _bytes counter,
+// and neither for anything else. A rate of failed transfers shown in
+// seconds reads as a latency, tokens per second shown in bytes per second
+// as a bandwidth.
+func TestDashboardUnits(t *testing.T) {
+	d := loadDashboard(t)
+	kind := func(timeUnit, dataRate bool) string {
+		switch {
+		case timeUnit:
+			return "a duration"
+		case dataRate:
+			return "a data rate"
+		}
+		return "a plain number"
+	}
+	allSuffix := func(names []string, suffix string) bool {
+		for _, n := range names {
+			if !strings.HasSuffix(n, suffix) {
+				return false
+			}
+		}
+		return len(names) > 0
+	}
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			if tg.Datasource.Type != "prometheus" {
+				continue
+			}
+			q := parsePromQL(tg.Expr)
+			want := kind(allSuffix(q.quantiled, "_seconds_bucket"),
+				len(q.quantiled) == 0 && allSuffix(q.rated, "_bytes_total"))
+			unit := p.unit(t, tg.RefID)
+			if got := kind(timeUnits[unit], dataRateUnits[unit]); got != want {
+				t.Errorf("panel %q target %s: unit %q shows %s, but %q computes %s", p.Title, tg.RefID, unit, got, tg.Expr, want)
+			}
+		}
 	}
 }
 
