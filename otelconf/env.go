@@ -106,7 +106,7 @@ func selectSignal(signal, override string) (selection, error) {
 	case strings.EqualFold(name, "none"):
 		return s, nil
 	case name == "":
-		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_"+s.suffix+"_ENDPOINT") == "" {
+		if getenvTrim("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenvTrim("OTEL_EXPORTER_OTLP_"+s.suffix+"_ENDPOINT") == "" {
 			return s, nil
 		}
 		name = "otlp"
@@ -128,7 +128,7 @@ func selectSignal(signal, override string) (selection, error) {
 		s.endpoint = s.override
 		return s, nil
 	}
-	if err := checkEndpoints(s.suffix); err != nil {
+	if err := checkEndpoints(s.suffix, s.protocol); err != nil {
 		return s, err
 	}
 	s.endpoint = otlpEndpoint(s.suffix, s.protocol, signal)
@@ -150,17 +150,32 @@ func selectSignal(signal, override string) (selection, error) {
 // checkEndpoints fails on an endpoint variable that is not a URL, such as
 // a bare 127.0.0.1:4317: the Go exporters only log that they cannot parse
 // it and send to their default, localhost:4317 over TLS, while every
-// message would name the address the user set.
-func checkEndpoints(suffix string) error {
+// message would name the address the user set. For OTLP/HTTP the
+// specification wants an http or https URL with a host: the exporters
+// read collector:4318 as a URL of scheme "collector" and no host, and send
+// nowhere. (For gRPC, collector:4317 is a target grpc-go takes, over TLS
+// unless OTEL_EXPORTER_OTLP_INSECURE=true, as the specification allows.)
+func checkEndpoints(suffix, protocol string) error {
+	const want = "write http://HOST:PORT for plaintext, https://HOST:PORT for TLS"
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-		if v := os.Getenv(k); v != "" {
-			if _, err := url.Parse(v); err != nil {
-				return &ConfigError{Name: k, Value: v, Reason: "not a URL: write http://HOST:PORT for plaintext, https://HOST:PORT for TLS"}
-			}
+		v := getenvTrim(k)
+		if v == "" {
+			continue
+		}
+		u, err := url.Parse(v)
+		if err != nil {
+			return &ConfigError{Name: k, Value: v, Reason: "not a URL: " + want}
+		}
+		if protocol != "grpc" && ((u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			return &ConfigError{Name: k, Value: v, Reason: "OTLP/HTTP takes an http or https URL: " + want}
 		}
 	}
 	return nil
 }
+
+// getenvTrim is the variable without surrounding spaces, as the OTLP
+// exporters read it: blank is unset.
+func getenvTrim(k string) string { return strings.TrimSpace(os.Getenv(k)) }
 
 // specDefaultEndpoint is the OTLP endpoint the specification names for
 // protocol when no endpoint variable is set.
@@ -194,10 +209,10 @@ func otlpProtocol(suffix string) (string, error) {
 // exporters do, for messages only (the exporters read the variables
 // themselves).
 func otlpEndpoint(suffix, protocol, signal string) string {
-	if v := os.Getenv("OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT"); v != "" {
+	if v := getenvTrim("OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT"); v != "" {
 		return v // used as is, path included, by both exporters
 	}
-	v := os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	v := getenvTrim("OTEL_EXPORTER_OTLP_ENDPOINT")
 	switch {
 	case v == "":
 		return specDefaultEndpoint(protocol, signal)

@@ -145,6 +145,13 @@ func TestSelect(t *testing.T) {
 			exporter: "otlp", target: "http://127.0.0.1:4317 (otlp/grpc)"},
 		{name: "override over http gets the path", override: "https://c:4318", env: []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"}, signal: "traces",
 			exporter: "otlp", target: "https://c:4318/v1/traces (otlp/http/protobuf)"},
+		// The exporters trim values: so does Setup, and a blank one is unset.
+		{name: "endpoint in spaces", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", " http://h:4318 ", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"}, signal: "traces",
+			exporter: "otlp", target: "http://h:4318/v1/traces (otlp/http/protobuf)"},
+		{name: "blank endpoint is unset", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "  "}, signal: "traces"},
+		// gRPC takes any target grpc-go does (TLS unless OTEL_EXPORTER_OTLP_INSECURE=true).
+		{name: "grpc host:port", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317"}, signal: "metrics",
+			exporter: "otlp", target: "collector:4317 (otlp/grpc)"},
 		{name: "http/json", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:4318", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"}, signal: "traces",
 			wantErr: `OTEL_EXPORTER_OTLP_PROTOCOL="http/json"`},
 		{name: "unknown protocol", env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://h:4318", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http"}, signal: "metrics",
@@ -671,6 +678,12 @@ func TestSetupErrors(t *testing.T) {
 		// The exporter would send to its default, localhost:4317 over TLS.
 		{"endpoint a bare ip:port", []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "127.0.0.1:4317"}, "OTEL_EXPORTER_OTLP_ENDPOINT", true},
 		{"traces endpoint a bare ip:port", []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "10.0.0.1:4318"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", true},
+		// OTLP/HTTP takes an http(s) URL only: the exporters would read
+		// the host name as a scheme and send nowhere.
+		{"http/protobuf endpoint host:port", []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT", true},
+		{"http/protobuf metrics endpoint host:port/path", []string{"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf", "OTEL_METRICS_EXPORTER", "otlp",
+			"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "localhost:4318/v1/metrics"}, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", true},
+		{"http/protobuf endpoint another scheme", []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://h:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cleanEnv(t, tc.env...)
