@@ -20,7 +20,8 @@ const MaxNameLength = 128
 // conventions' input/output_tokens, the engines' prompt/completion_tokens),
 // the model (request or response), the operation, the first finish reason
 // (a string slice, or the JSON list string vLLM and SGLang write) and
-// llmtrace's llm.preemptions. Anything else is ignored.
+// llmtrace's llm.preemptions, llm.pd.role and llm.lora.adapter. Anything
+// else is ignored.
 func FromAttributes(name, scope string, start, end time.Time, attrs []attribute.KeyValue) Span {
 	s := Span{Name: name, Scope: scope, Start: start, End: end, Latency: NoLatency(),
 		InputTokens: -1, OutputTokens: -1, CachedTokens: -1, Preemptions: -1}
@@ -118,6 +119,12 @@ func (s *Span) Set(key string, v Value) {
 		s.Provider = name(v)
 	case attributes.FinishReasons:
 		s.FinishReason = finishReason(v)
+	case attributes.PDRole:
+		if r, _ := v.Str(); r == "prefill" || r == "decode" {
+			s.PDRole = r
+		}
+	case attributes.LoRAAdapter:
+		s.LoRAAdapter = name(v)
 	}
 }
 

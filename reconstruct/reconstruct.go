@@ -33,6 +33,10 @@ type Span struct {
 	Operation, Model, FinishReason string
 	// Provider is the span's gen_ai.provider.name (empty when absent).
 	Provider string
+	// PDRole and LoRAAdapter are llmtrace's llm.pd.role and
+	// llm.lora.adapter (SPEC §7, §9; empty when absent): PDRole only
+	// "prefill" or "decode", LoRAAdapter bounded like Model.
+	PDRole, LoRAAdapter string
 	// Failed is an error status on the span.
 	Failed bool
 	// Preemptions is llmtrace's llm.preemptions (-1 when absent; engines
@@ -62,8 +66,9 @@ type Request struct {
 	Operation, Model, FinishReason                       string
 	// Provider is gen_ai.provider.name, which the conventions require on
 	// the gen_ai.server.* metrics: the span's, else the engine's name.
-	Provider string
-	Failed   bool
+	Provider            string
+	PDRole, LoRAAdapter string
+	Failed              bool
 	// Clamped counts values that contradicted each other or were invalid
 	// (clamped into the span, or dropped).
 	Clamped int
@@ -122,7 +127,7 @@ func Compute(s *Span, e Engine) (Request, bool) {
 		Engine: e, InputTokens: s.InputTokens, OutputTokens: s.OutputTokens,
 		CachedTokens: s.CachedTokens, Preemptions: s.Preemptions,
 		Operation: s.Operation, Model: s.Model, FinishReason: s.FinishReason, Failed: s.Failed,
-		Provider: s.Provider,
+		Provider: s.Provider, PDRole: s.PDRole, LoRAAdapter: s.LoRAAdapter,
 	}
 	if r.Provider == "" {
 		r.Provider = e.Name

@@ -83,8 +83,8 @@ var (
 
 // labels are a series' metric attributes; empty values are left out.
 type labels struct {
-	op, provider, model, errType, reason string
-	overflow                             bool
+	op, provider, model, adapter, role, errType, reason string
+	overflow                                            bool
 }
 
 func (l *labels) putTo(m pcommon.Map) {
@@ -95,6 +95,7 @@ func (l *labels) putTo(m pcommon.Map) {
 	for _, kv := range [...]struct{ k, v string }{
 		{string(attributes.OperationName), l.op}, {string(attributes.ProviderName), l.provider},
 		{string(attributes.RequestModel), l.model},
+		{string(attributes.LoRAAdapter), l.adapter}, {string(attributes.PDRole), l.role},
 		{string(attributes.ErrorType), l.errType}, {string(attributes.FinishReason), l.reason},
 	} {
 		if kv.v != "" {

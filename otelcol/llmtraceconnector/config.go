@@ -18,6 +18,10 @@ type Config struct {
 	// the first MaxModels distinct names keep theirs.
 	Models    []string `mapstructure:"models"`
 	MaxModels int      `mapstructure:"max_models"`
+	// Adapters keep their name on metrics (llm.lora.adapter); others
+	// become "other". Empty: the first MaxModels distinct adapters keep
+	// theirs, as for models.
+	Adapters []string `mapstructure:"adapters"`
 	// MaxSeries bounds the series kept (per instrument family).
 	MaxSeries int `mapstructure:"max_series"`
 	// ResourceAttributes identify a series' resource.

@@ -34,8 +34,8 @@ type metricsConnector struct {
 	resources map[string]*resourceState
 	series    int               // across all resources and families
 	latest    pcommon.Timestamp // the latest consume, which may start a series
-	models    map[string]struct{}
-	fixed     bool
+	models    nameSet
+	adapters  nameSet
 	key       []byte // scratch for map keys
 
 	stop chan struct{}
@@ -45,12 +45,41 @@ type metricsConnector struct {
 var _ connector.Traces = (*metricsConnector)(nil)
 
 func newConnector(cfg *Config, e *reconstruct.Engine, next consumer.Metrics, logger *zap.Logger) *metricsConnector {
-	c := &metricsConnector{cfg: cfg, engine: e, next: next, logger: logger,
-		resources: map[string]*resourceState{}, models: map[string]struct{}{}, fixed: len(cfg.Models) > 0}
-	for _, m := range cfg.Models {
-		c.models[m] = struct{}{}
+	return &metricsConnector{cfg: cfg, engine: e, next: next, logger: logger,
+		resources: map[string]*resourceState{}, models: newNameSet(cfg.Models), adapters: newNameSet(cfg.Adapters)}
+}
+
+// nameSet decides which models (or adapters) keep their name on metrics,
+// as the tracker does: a configured set is fixed; without one, a name
+// earns its series when a request with it finishes without failing, up to
+// max_models, so a client sending junk names (which fail) cannot crowd the
+// real ones out.
+type nameSet struct {
+	names map[string]struct{}
+	fixed bool
+}
+
+func newNameSet(configured []string) nameSet {
+	s := nameSet{names: map[string]struct{}{}, fixed: len(configured) > 0}
+	for _, n := range configured {
+		s.names[n] = struct{}{}
 	}
-	return c
+	return s
+}
+
+// label is name's metric label; succeeded says its request did not fail.
+func (s *nameSet) label(name string, succeeded bool, limit int) string {
+	if name == "" {
+		return ""
+	}
+	if _, ok := s.names[name]; ok {
+		return name
+	}
+	if s.fixed || !succeeded || len(s.names) >= limit {
+		return attributes.OtherModel
+	}
+	s.names[name] = struct{}{}
+	return name
 }
 
 // Capabilities: the connector only reads spans.
@@ -176,20 +205,6 @@ func (c *metricsConnector) resource(res pcommon.Resource) *resourceState {
 	return st
 }
 
-func (c *metricsConnector) model(m string) string {
-	if m == "" {
-		return ""
-	}
-	if _, ok := c.models[m]; ok {
-		return m
-	}
-	if c.fixed || len(c.models) >= c.cfg.MaxModels {
-		return attributes.OtherModel
-	}
-	c.models[m] = struct{}{}
-	return m
-}
-
 func isFailure(reason string) bool {
 	switch reason {
 	case "abort", "error", "abandoned", "evicted", "unfinished":
@@ -200,7 +215,9 @@ func isFailure(reason string) bool {
 
 // record adds one request to its resource's series.
 func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstruct.Request, ts pcommon.Timestamp) {
-	l := labels{op: r.Operation, provider: r.Provider, model: c.model(r.Model), reason: r.FinishReason}
+	ok := !isFailure(r.FinishReason)
+	l := labels{op: r.Operation, provider: r.Provider, model: c.models.label(r.Model, ok, c.cfg.MaxModels),
+		adapter: c.adapters.label(r.LoRAAdapter, ok, c.cfg.MaxModels), role: r.PDRole, reason: r.FinishReason}
 	l.errType = spanread.ErrorType(sp)
 	if l.errType == "" && (isFailure(r.FinishReason) || r.Failed) {
 		l.errType = r.FinishReason
@@ -210,7 +227,7 @@ func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstr
 	}
 	s := r.Stats()
 
-	b := getSeries(c, st.base, labels{op: l.op, provider: l.provider, model: l.model}, ts, func(l labels, t pcommon.Timestamp) *baseSeries {
+	b := getSeries(c, st.base, labels{op: l.op, provider: l.provider, model: l.model, adapter: l.adapter, role: l.role}, ts, func(l labels, t pcommon.Timestamp) *baseSeries {
 		return &baseSeries{labels: l, start: t}
 	})
 	for i, d := range [numHists]struct {
@@ -239,11 +256,11 @@ func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstr
 	add(cPCHits, int64(r.CachedTokens), pc)
 	add(cClamped, int64(r.Clamped), r.Clamped > 0)
 
-	d := getSeries(c, st.duration, labels{op: l.op, provider: l.provider, model: l.model, errType: l.errType}, ts, func(l labels, t pcommon.Timestamp) *durationSeries {
+	d := getSeries(c, st.duration, labels{op: l.op, provider: l.provider, model: l.model, adapter: l.adapter, role: l.role, errType: l.errType}, ts, func(l labels, t pcommon.Timestamp) *durationSeries {
 		return &durationSeries{labels: l, start: t}
 	})
 	d.h.record(durationInstrument.bounds, s.E2E.Seconds())
-	q := getSeries(c, st.requests, labels{op: l.op, provider: l.provider, model: l.model, reason: l.reason}, ts, func(l labels, t pcommon.Timestamp) *requestSeries {
+	q := getSeries(c, st.requests, labels{op: l.op, provider: l.provider, model: l.model, adapter: l.adapter, role: l.role, reason: l.reason}, ts, func(l labels, t pcommon.Timestamp) *requestSeries {
 		return &requestSeries{labels: l, start: t}
 	})
 	q.n++
@@ -253,7 +270,7 @@ func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstr
 // MaxSeries into the overflow series.
 func getSeries[S any](c *metricsConnector, m map[string]*S, l labels, ts pcommon.Timestamp, mk func(labels, pcommon.Timestamp) *S) *S {
 	c.key = append(c.key[:0], l.op...)
-	for _, p := range [...]string{l.provider, l.model, l.errType, l.reason} {
+	for _, p := range [...]string{l.provider, l.model, l.adapter, l.role, l.errType, l.reason} {
 		c.key = append(c.key, 0)
 		c.key = append(c.key, p...)
 	}

@@ -123,6 +123,12 @@ func fromSDK(rm metricdata.ResourceMetrics) (series, map[string]string) {
 // API) with millisecond timings: some preempted, some aborted before their
 // first token, some with prefix-cache hits.
 func driveTracker(t *testing.T, n int, seed uint64) (ptrace.Traces, metricdata.ResourceMetrics) {
+	return driveTrackerServing(t, n, seed, false)
+}
+
+// driveTrackerServing is driveTracker; with serving, requests also carry a
+// P/D role (SPEC §7) and some a LoRA adapter (SPEC §9).
+func driveTrackerServing(t *testing.T, n int, seed uint64, serving bool) (ptrace.Traces, metricdata.ResourceMetrics) {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	reader := sdkmetric.NewManualReader()
@@ -146,7 +152,12 @@ func driveTracker(t *testing.T, n int, seed uint64) (ptrace.Traces, metricdata.R
 			}
 		}
 		model := []string{"llama-3-8b", "qwen-7b"}[i%2]
-		rec(otelstats.KindArrived, otelstats.SideFrontend, ms(0), otelstats.Update{Model: model, Operation: "chat"})
+		arrived := otelstats.Update{Model: model, Operation: "chat"}
+		if serving {
+			arrived.PDRole = []string{"", otelstats.PDRolePrefill, otelstats.PDRoleDecode}[i%3]
+			arrived.LoRAAdapter = []string{"", "", "sql-lora", "sql-lora"}[i%4]
+		}
+		rec(otelstats.KindArrived, otelstats.SideFrontend, ms(0), arrived)
 		prompt := 20 + rng.IntN(200)
 		rec(otelstats.KindInputProcessed, otelstats.SideFrontend, ms(1+rng.IntN(5)), otelstats.Update{NumPromptTokens: prompt})
 		rec(otelstats.KindQueued, otelstats.SideEngine, ms(1+rng.IntN(3)), otelstats.Update{})
@@ -217,7 +228,16 @@ func TestConnectorMatchesTrackerMetrics(t *testing.T) {
 	for _, in := range counterInstruments {
 		derived[in.name] = true
 	}
-	td, rm := driveTracker(t, 60, 7)
+	for _, serving := range []bool{false, true} {
+		t.Run(fmt.Sprint("serving=", serving), func(t *testing.T) { matchTracker(t, serving, derived) })
+	}
+}
+
+// matchTracker compares the connector's metrics of a tracker's spans with
+// the tracker's own; with serving, requests carry P/D roles and adapters,
+// which keep their series apart (SPEC §7, §9).
+func matchTracker(t *testing.T, serving bool, derived map[string]bool) {
+	td, rm := driveTrackerServing(t, 60, 7, serving)
 	got, gotUnits := fromPdata(runConnector(t, createDefaultConfig().(*Config), td))
 	want, wantUnits := fromSDK(rm)
 	if len(got) < 20 {
@@ -448,5 +468,28 @@ func TestConnectorForcedEngineLeavesLLMTraceRoots(t *testing.T) {
 				t.Errorf("engine %s: extra series %s", engine, k)
 			}
 		}
+	}
+}
+
+// A model name earns its series only with a request that did not fail, as
+// in the tracker: failed requests naming junk models (the engine does not
+// serve them) cannot use up max_models before the real model finishes one.
+func TestConnectorFailedRequestsDoNotAdmitModels(t *testing.T) {
+	td := ptrace.NewTraces()
+	ss := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty()
+	for i := range 5 {
+		sp := spantest.VLLM(ss, pcommon.TraceID{byte(i)}, pcommon.SpanID{byte(i)}, t0, 0, 0.01, 0, 0, 0, 10, 0, "error")
+		sp.Attributes().PutStr(string(attributes.RequestModel), fmt.Sprintf("junk-%d", i))
+	}
+	sp := spantest.VLLM(ss, pcommon.TraceID{9}, pcommon.SpanID{9}, t0, 0.3, 1.0, 0.05, 0.2, 0.6, 10, 5, "stop")
+	sp.Attributes().PutStr(string(attributes.RequestModel), "llama-3-8b")
+	cfg := createDefaultConfig().(*Config)
+	cfg.MaxModels = 2
+	got, _ := fromPdata(runConnector(t, cfg, td))
+	if _, ok := got["llm.server.requests{gen_ai.provider.name=vllm,gen_ai.request.model=llama-3-8b,llm.finish_reason=stop}"]; !ok {
+		t.Errorf("the served model lost its name to failed junk: %v", keys(got))
+	}
+	if p := got["llm.server.requests{gen_ai.provider.name=vllm,gen_ai.request.model=other,llm.finish_reason=error}"]; p.value != 5 {
+		t.Errorf("failed junk-model requests under other = %d, want 5: %v", p.value, keys(got))
 	}
 }

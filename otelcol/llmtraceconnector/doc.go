@@ -20,8 +20,11 @@
 // Metrics are cumulative, keyed by the span's resource (the attributes
 // listed in resource_attributes) and gen_ai.operation.name,
 // gen_ai.request.model (collapsed to "other" outside models, or past
-// max_models distinct names), error.type and llm.finish_reason; never a
-// request id. They are emitted every flush_interval and at shutdown. Past
+// max_models distinct names), llm.lora.adapter (likewise, outside adapters
+// or past max_models), llm.pd.role (SPEC §7: prefill and decode instances
+// keep apart), error.type and llm.finish_reason; never a request id. As in
+// the tracker, a model or adapter name earns its series only with a
+// request that did not fail. They are emitted every flush_interval and at shutdown. Past
 // max_series a new series is folded into one with otel.metric.overflow=true,
 // as the OpenTelemetry SDK does, and a new resource (a new pod) into one
 // resource with that attribute, so churning instances cannot grow the
@@ -32,6 +35,7 @@
 //	    flush_interval: 15s
 //	    models: [llama-3-8b]      # empty: the first max_models seen
 //	    max_models: 100
+//	    adapters: [sql-lora]      # empty: the first max_models seen
 //	    max_series: 10000
 //	    resource_attributes: [service.name, service.namespace, service.instance.id]
 //	    engine: auto
