@@ -675,6 +675,8 @@ func TestSetupErrors(t *testing.T) {
 		{"sampler the Go SDK lacks", []string{"OTEL_TRACES_SAMPLER", "jaeger_remote"}, "OTEL_TRACES_SAMPLER", true},
 		{"ratio not a number", []string{"OTEL_TRACES_SAMPLER", "traceidratio", "OTEL_TRACES_SAMPLER_ARG", "0,1"}, "OTEL_TRACES_SAMPLER_ARG", true},
 		{"ratio above one", []string{"OTEL_TRACES_SAMPLER", "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG", "10"}, "OTEL_TRACES_SAMPLER_ARG", true},
+		// ParseFloat takes it, and no comparison rejects it.
+		{"ratio NaN", []string{"OTEL_TRACES_SAMPLER", "traceidratio", "OTEL_TRACES_SAMPLER_ARG", "NaN"}, "OTEL_TRACES_SAMPLER_ARG", true},
 		// The exporter would send to its default, localhost:4317 over TLS.
 		{"endpoint a bare ip:port", []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "127.0.0.1:4317"}, "OTEL_EXPORTER_OTLP_ENDPOINT", true},
 		{"traces endpoint a bare ip:port", []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "10.0.0.1:4318"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", true},

@@ -29,7 +29,7 @@ func headSampler() (sdktrace.Sampler, error) {
 		ratio := 1.0
 		if arg != "" {
 			var err error
-			if ratio, err = strconv.ParseFloat(arg, 64); err != nil || ratio < 0 || ratio > 1 {
+			if ratio, err = strconv.ParseFloat(arg, 64); err != nil || !(ratio >= 0 && ratio <= 1) { // NaN too
 				return nil, &ConfigError{Name: "OTEL_TRACES_SAMPLER_ARG", Value: arg,
 					Reason: "want a ratio from 0 to 1 for " + name}
 			}
