@@ -38,8 +38,9 @@ type metricsConnector struct {
 	adapters  nameSet
 	key       []byte // scratch for map keys
 
-	stop chan struct{}
-	done chan struct{}
+	stop   chan struct{}
+	cancel context.CancelFunc // ends a periodic flush's hand-off
+	done   chan struct{}
 }
 
 var _ connector.Traces = (*metricsConnector)(nil)
@@ -89,31 +90,40 @@ func (c *metricsConnector) Capabilities() consumer.Capabilities {
 
 // Start begins the periodic flush.
 func (c *metricsConnector) Start(context.Context, component.Host) error {
-	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	stop, done := make(chan struct{}), make(chan struct{})
+	c.stop, c.cancel, c.done = stop, cancel, done
 	go func() {
-		defer close(c.done)
+		defer close(done)
 		tick := time.NewTicker(c.cfg.FlushInterval)
 		defer tick.Stop()
 		for {
 			select {
-			case <-c.stop:
+			case <-stop:
 				return
 			case now := <-tick.C:
-				c.flush(context.Background(), now)
+				c.flush(ctx, now)
 			}
 		}
 	}()
 	return nil
 }
 
-// Shutdown stops the flush and emits the metrics one last time.
+// Shutdown stops the flush and emits the metrics one last time. A periodic
+// flush still in the next consumer (a backend that is down, retried) is
+// cancelled: the last flush carries its totals anyway.
 func (c *metricsConnector) Shutdown(ctx context.Context) error {
 	if c.stop == nil {
 		return nil
 	}
 	close(c.stop)
-	<-c.done
+	c.cancel()
 	c.stop = nil
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	c.flush(ctx, time.Now())
 	return nil
 }

@@ -493,3 +493,46 @@ func TestConnectorFailedRequestsDoNotAdmitModels(t *testing.T) {
 		t.Errorf("failed junk-model requests under other = %d, want 5: %v", p.value, keys(got))
 	}
 }
+
+// blockingMetrics is a next consumer that holds every call until its
+// context ends (an exporter retrying a backend that is down).
+type blockingMetrics struct {
+	consumertest.MetricsSink
+	entered chan struct{}
+}
+
+func (b *blockingMetrics) ConsumeMetrics(ctx context.Context, md pmetric.Metrics) error {
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// Shutdown ends a periodic flush stuck in the next consumer (its context
+// is cancelled) rather than waiting on it forever, and leaves no goroutine.
+func TestShutdownEndsAStuckFlush(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.FlushInterval = time.Millisecond
+	next := &blockingMetrics{entered: make(chan struct{}, 1)}
+	c := newConnector(cfg, nil, next, zap.NewNop())
+	if err := c.Start(context.Background(), componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	td := ptrace.NewTraces()
+	spantest.VLLM(td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty(), pcommon.TraceID{1}, pcommon.SpanID{1}, t0, 0.3, 1.0, 0.05, 0.2, 0.6, 10, 5, "stop")
+	if err := c.ConsumeTraces(context.Background(), td); err != nil {
+		t.Fatal(err)
+	}
+	<-next.entered // a periodic flush is stuck downstream
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the final flush gives up at once too
+	done := make(chan error, 1)
+	go func() { done <- c.Shutdown(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Shutdown waited on the stuck flush")
+	}
+}
