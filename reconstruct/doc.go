@@ -84,10 +84,13 @@
 // clock: time_to_first_token and e2e from created_time,
 // time_in_model_prefill = first token − api_server_dispatch_finish_time
 // (the request handed to the scheduler, so the scheduler's wait is inside
-// it), time_in_model_decode = finished − first token; no time_in_queue. So
+// it), time_in_model_decode = finished − first token,
+// time_in_model_inference = finished − the hand-off; no time_in_queue. So
 // input processing runs ARRIVED → first token − time_in_model_prefill, the
 // prefill span covers the scheduler's wait and the prefill itself, and no
-// queue span or queue metric exists.
+// queue span or queue metric exists. Without a first token (SGLang then
+// writes no time_to_first_token or prefill key) the hand-off is FINISHED −
+// time_in_model_inference.
 //
 // llmtrace's own roots (Engine LLMTrace) carry the same keys with SPEC §2's
 // meanings; they already have their children, so they are never expanded,

@@ -197,9 +197,10 @@ func (r *Request) placeScheduling(e Engine, start time.Time, l latencies) {
 		return
 	case !ft.IsZero() && l.hasPrefill:
 		r.Prefilling = r.clamp(ft.Add(-l.prefill), start, ft)
-	case ft.IsZero() && l.hasInference && !e.PrefillFromDispatch && !e.ZeroTTFTAbsent:
+	case ft.IsZero() && l.hasInference && !e.ZeroTTFTAbsent:
 		// No first token (an abort during prefill): inference = FINISHED −
-		// PREFILLING still places the scheduling.
+		// PREFILLING (SGLang: − the dispatch, both its tokenizer's clock)
+		// still places the scheduling.
 		r.Prefilling = r.clamp(fin.Add(-l.inference), start, fin)
 	}
 	if r.Prefilling.IsZero() {
