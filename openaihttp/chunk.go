@@ -80,17 +80,37 @@ func (x choiceIndex) get() (i int, ok bool) {
 }
 
 type deltaJSON struct {
-	Content          rawJSON `json:"content"`
-	ReasoningContent rawJSON `json:"reasoning_content"`
-	Reasoning        rawJSON `json:"reasoning"`
-	Refusal          rawJSON `json:"refusal"`
-	ToolCalls        rawJSON `json:"tool_calls"`
-	FunctionCall     rawJSON `json:"function_call"`
+	Content          rawJSON   `json:"content"`
+	ReasoningContent rawJSON   `json:"reasoning_content"`
+	Reasoning        rawJSON   `json:"reasoning"`
+	Refusal          rawJSON   `json:"refusal"`
+	ToolCalls        rawJSON   `json:"tool_calls"`
+	FunctionCall     rawJSON   `json:"function_call"`
+	Audio            audioJSON `json:"audio"`
 }
 
 func (d *deltaJSON) full() bool {
 	return d.Content == rawFull || d.ReasoningContent == rawFull || d.Reasoning == rawFull ||
-		d.Refusal == rawFull || d.ToolCalls == rawFull || d.FunctionCall == rawFull
+		d.Refusal == rawFull || d.ToolCalls == rawFull || d.FunctionCall == rawFull || d.Audio == audioFull
+}
+
+// audioJSON is a chat delta's audio (a model that answers in speech, its
+// content null): output when it carries data or a transcript, not when it
+// carries only its id or its expiry (the first and last audio chunks).
+type audioJSON uint8
+
+const audioFull audioJSON = 1
+
+func (a *audioJSON) UnmarshalJSON(b []byte) error {
+	*a = 0
+	var v struct {
+		Data       rawJSON `json:"data"`
+		Transcript rawJSON `json:"transcript"`
+	}
+	if json.Unmarshal(b, &v) == nil && (v.Data == rawFull || v.Transcript == rawFull) {
+		*a = audioFull
+	}
+	return nil // anything else is no audio, not a chunk to drop
 }
 
 type responseJSON struct {
@@ -204,7 +224,11 @@ func (c *chunkJSON) contentChoices() int {
 	switch {
 	case c.Type.is("response.output_text.delta"), c.Type.is("response.refusal.delta"),
 		c.Type.is("response.reasoning_text.delta"), c.Type.is("response.reasoning_summary_text.delta"),
-		c.Type.is("response.function_call_arguments.delta"):
+		c.Type.is("response.function_call_arguments.delta"),
+		// The inputs the model writes for its other tools (not the
+		// tools' outputs, such as shell_call_output_content).
+		c.Type.is("response.custom_tool_call_input.delta"), c.Type.is("response.mcp_call_arguments.delta"),
+		c.Type.is("response.code_interpreter_call_code.delta"), c.Type.is("response.shell_call_command.delta"):
 		if c.Delta == rawFull {
 			return 1
 		}

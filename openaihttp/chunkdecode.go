@@ -338,6 +338,14 @@ func (p *chunkParser) delta(d *deltaJSON) {
 			dst, bit = &d.ToolCalls, 1<<4
 		case "function_call":
 			dst, bit = &d.FunctionCall, 1<<5
+		case "audio":
+			p.once(&seen, 1<<6)
+			p.peek()
+			start := p.i
+			if p.skip(); !p.bad {
+				_ = d.Audio.UnmarshalJSON(p.b[start:p.i])
+			}
+			continue
 		default:
 			p.skip()
 			continue

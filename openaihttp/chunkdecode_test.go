@@ -19,6 +19,9 @@ var chunkSeeds = []string{
 	`{"choices":[{"delta":{"reasoning_content":"think"}}]}`,
 	`{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}}]}`,
 	`{"choices":[{"text":"x","index":0,"logprobs":null,"finish_reason":null}],"model":"m","object":"text_completion"}`,
+	`{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"audio":{"id":"audio_1"}},"finish_reason":null}]}`,
+	`{"choices":[{"delta":{"audio":{"transcript":"Hi"}}},{"delta":{"audio":{"data":"UklG","transcript":""}}},{"delta":{"audio":{"expires_at":1}}}]}`,
+	`{"choices":[{"delta":{"audio":"x"}},{"delta":{"audio":null}},{"delta":{"audio":[1]}},{"delta":{"audio":{"Data":"x","transcript":{}}}}]}`,
 	`{"choices":[{"delta":{"content":"a"},"finish_reason":null},{"delta":{"content":"b"},"finish_reason":"stop"}]}`,
 	`{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hel","sequence_number":4}`,
 	`{"type":"response.completed","response":{"id":"resp_1","object":"response","status":"completed","model":"m","usage":{"input_tokens":5,"output_tokens":7,"input_tokens_details":{"cached_tokens":0},"total_tokens":12}}}`,
@@ -45,6 +48,7 @@ var chunkSeeds = []string{
 	`{"ID":"upper","Choices":[{"Delta":{"Content":"x"}}]}`,
 	`{"id":"a","id":"b"}`, `{"usage":{"prompt_tokens":1},"usage":{"completion_tokens":2}}`,
 	`{"choices":[{"delta":{"content":"a"}}],"choices":[{"text":"b"}]}`,
+	`{"choices":[{"delta":{"audio":{"data":"x"},"audio":{}}}]}`,
 	`{"ſtatus":"x","\u0069d":"escaped key"}`,
 	`{"choices":{"delta":{}}}`, `{"choices":[{"delta":"x"}]}`, `{"usage":[]}`, `{"choices":[1]}`,
 	`[{"choices":[]}]`, `null`, `"x"`, `5`, ``, ` `,
@@ -109,7 +113,7 @@ func chunkView(c *chunkJSON) chunkJSON {
 // by the scanner itself, not handed to encoding/json; what it leaves to
 // encoding/json still decodes.
 func TestChunkScannerTakesServersChunks(t *testing.T) {
-	for i, s := range chunkSeeds[:23] {
+	for i, s := range chunkSeeds[:26] {
 		var c chunkJSON
 		c.reset()
 		p := chunkParser{b: []byte(s)}

@@ -69,9 +69,12 @@
 //
 //   - A text/event-stream response is read event by event; lines end at
 //     CRLF, LF or CR. Each event whose JSON has content — delta.content,
-//     reasoning, refusal, tool calls, choices[].text, a Responses API
-//     *.delta event — is a DETOKENIZED delivery timed when it was written
-//     to the client; its tokens are its choices with content. A role-only
+//     reasoning, refusal, tool calls, audio (a transcript or data, not its
+//     id alone), choices[].text, a Responses API delta of text, refusal,
+//     reasoning or the input the model writes for a tool (function, custom,
+//     MCP, code interpreter, shell command) — is a DETOKENIZED delivery
+//     timed when it was written to the client; its tokens are its choices
+//     with content. A role-only
 //     first chunk, keep-alive comments and the usage-only last chunk are
 //     not deliveries, so TTFT ends at the first chunk with content.
 //     Writes are read in batches, each event still at its own write's
