@@ -32,8 +32,9 @@ var allowed = func() (a [3][kindCount]uint16) {
 	return a
 }()
 
-// encoderStates are the engine states an encoder run may start or end in:
-// before or during prefill (SPEC §9).
+// encoderStates are the engine states an encoder run may start in: before
+// or during prefill (SPEC §9). Its ENCODED may come in any state but
+// FINISHED (see admitMove and encEnd).
 var encoderStates = uint16(1<<0 | 1<<KindQueued | 1<<KindRemoteKVWait | 1<<KindRemoteKVReady | 1<<KindPrefilling | 1<<KindPreempted)
 
 // apply checks u against r's state and, when it is allowed, applies it. It
@@ -97,6 +98,11 @@ func admitMove(r *reqState, st *sideState, u *Update, side Side) *RejectError {
 	case KindEncoding, KindEncoded:
 		open := r.encOpen()
 		switch {
+		case u.Kind == KindEncoded && open:
+			// It closes a run begun before or during prefill, also
+			// when the prefill's first token came first (the same
+			// step's outputs, in any order): the run ends by that
+			// token (encEnd).
 		case encoderStates&(1<<st.last) == 0:
 			return reject(u, side, ReasonBadTransition, u.Kind.String()+" after "+prev+": an encoder runs before or during prefill")
 		case u.Kind == KindEncoding && open:
@@ -202,7 +208,7 @@ func (t *Tracker) applyKind(r *reqState, u *Update, ns int64, prev Kind) {
 	case KindEncoding:
 		r.ext().encoder().begin(ns, u.NumItems, u.NumEncoderTokens)
 	case KindEncoded:
-		r.extra.enc.end(ns, u.EncoderCacheHit)
+		r.extra.enc.end(r.encEnd(ns), u.EncoderCacheHit)
 	}
 }
 

@@ -332,7 +332,9 @@ func (r *reqState) serving(s *RequestStats, end, first int64) {
 		s.SpecMeanAcceptanceLength = 1 + float64(s.NumAcceptedTokens)/float64(s.NumSpecSteps)
 	}
 	if e := x.enc; e != nil {
-		e.closeAt(r.enEnd())
+		if e.open {
+			e.closeAt(r.encEnd(r.enEnd()))
+		}
 		if e.n > 0 {
 			// The runs that have spans count as their llm.encode spans
 			// do, clamped into the root; later ones as reported.

@@ -83,6 +83,22 @@ func (e *encState) end(ns int64, hit bool) {
 	}
 }
 
+// encEnd is when the open encoder run ends that its ENCODED, or the
+// request's end, closes at ns: by the first token the engine produced
+// after the run began, at the latest. An encoder run feeds the prefill
+// (SPEC §9: before or during it), which ends at its first token; the run
+// must not stretch over the decode when its ENCODED comes after that token
+// or never.
+func (r *reqState) encEnd(ns int64) int64 {
+	start := r.extra.enc.start
+	for i := range r.runs {
+		if f := r.runs[i].enFirst; f != 0 && f >= start {
+			return max(min(ns, f), start)
+		}
+	}
+	return ns
+}
+
 // closeAt ends an open run when the request ends without its ENCODED.
 func (e *encState) closeAt(ns int64) {
 	if e.open {
