@@ -70,23 +70,30 @@ func instruments() []instrument {
 	req := [][]attribute.KeyValue{base}
 	none := [][]attribute.KeyValue{nil}
 	decode := [][]attribute.KeyValue{with(attributes.PDRole.String("decode"))}
+	// A request of a P/D deployment is recorded by each tracker it passes
+	// (SPEC §7): the router's without a role, the prefill and decode
+	// instances' with llm.pd.role.
+	prefill, dec := attributes.PDRole.String("prefill"), attributes.PDRole.String("decode")
+	tiers := func(kv ...attribute.KeyValue) [][]attribute.KeyValue {
+		return [][]attribute.KeyValue{with(kv...), with(append(kv, prefill)...), with(append(kv, dec)...)}
+	}
 	s, tok := attributes.UnitSeconds, attributes.UnitToken
 	return []instrument{
-		{attributes.MetricTimeToFirstToken, histogram, s, attributes.TimeToFirstTokenBuckets(), req},
-		{attributes.MetricTimePerOutputToken, histogram, s, attributes.TimePerOutputTokenBuckets(), req},
+		{attributes.MetricTimeToFirstToken, histogram, s, attributes.TimeToFirstTokenBuckets(), tiers()},
+		{attributes.MetricTimePerOutputToken, histogram, s, attributes.TimePerOutputTokenBuckets(), tiers()},
 		{attributes.MetricRequestDuration, histogram, s, attributes.RequestDurationBuckets(),
-			[][]attribute.KeyValue{base, with(attributes.ErrorType.String("timeout"))}},
-		{attributes.MetricInterTokenLatency, histogram, s, attributes.InterTokenLatencyBuckets(), req},
-		{attributes.MetricQueueDuration, histogram, s, attributes.PhaseDurationBuckets(), req},
-		{attributes.MetricPrefillDuration, histogram, s, attributes.PhaseDurationBuckets(), req},
-		{attributes.MetricDecodeDuration, histogram, s, attributes.PhaseDurationBuckets(), req},
-		{attributes.MetricInferenceDuration, histogram, s, attributes.PhaseDurationBuckets(), req},
+			append(tiers(), tiers(attributes.ErrorType.String("timeout"))...)},
+		{attributes.MetricInterTokenLatency, histogram, s, attributes.InterTokenLatencyBuckets(), tiers()},
+		{attributes.MetricQueueDuration, histogram, s, attributes.PhaseDurationBuckets(), tiers()},
+		{attributes.MetricPrefillDuration, histogram, s, attributes.PhaseDurationBuckets(), tiers()},
+		{attributes.MetricDecodeDuration, histogram, s, attributes.PhaseDurationBuckets(), tiers()},
+		{attributes.MetricInferenceDuration, histogram, s, attributes.PhaseDurationBuckets(), tiers()},
 
 		{attributes.MetricRequests, counter, attributes.UnitRequest, nil,
-			[][]attribute.KeyValue{with(attributes.FinishReason.String("stop")), with(attributes.FinishReason.String("length"))}},
+			append(tiers(attributes.FinishReason.String("stop")), tiers(attributes.FinishReason.String("length"))...)},
 		{attributes.MetricPreemptions, counter, attributes.UnitPreempt, nil, req},
-		{attributes.MetricPromptTokens, counter, tok, nil, req},
-		{attributes.MetricGenerationTokens, counter, tok, nil, req},
+		{attributes.MetricPromptTokens, counter, tok, nil, tiers()},
+		{attributes.MetricGenerationTokens, counter, tok, nil, tiers()},
 		// Per request (with model), or from the engine's scheduler stats
 		// (without), depending on which side reports prefix caching.
 		{attributes.MetricPrefixCacheQuery, counter, tok, nil, [][]attribute.KeyValue{base, nil}},
@@ -645,6 +652,47 @@ func TestDashboardMetricsAreExported(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("series the exporter produces: %v", keys(exp))
+	}
+}
+
+// perTier are the metrics a request of a P/D deployment counts in once per
+// tracker it passes (SPEC §7): the router's (no llm.pd.role: what the
+// client saw), the prefill instance's and the decode instance's.
+var perTier = []string{
+	attributes.MetricTimeToFirstToken, attributes.MetricTimePerOutputToken, attributes.MetricRequestDuration,
+	attributes.MetricInterTokenLatency, attributes.MetricQueueDuration, attributes.MetricPrefillDuration,
+	attributes.MetricDecodeDuration, attributes.MetricInferenceDuration,
+	attributes.MetricRequests, attributes.MetricPromptTokens, attributes.MetricGenerationTokens,
+}
+
+// TestDashboardKeepsPDRolesApart checks that no panel adds up the tiers of
+// a P/D deployment: summed over llm_pd_role, each request would count two
+// or three times (the router's, P's and D's finished request) and a TTFT
+// quantile would blend the client's TTFT with P's and D's own. Every
+// aggregation over a perTier series keeps llm_pd_role (or selects one).
+func TestDashboardKeepsPDRolesApart(t *testing.T) {
+	d := loadDashboard(t)
+	exp := exposition(t)
+	tier := map[string]bool{}
+	for _, name := range perTier {
+		p := promName(t, exp, name)
+		for _, suffix := range []string{"", "_bucket", "_sum", "_count"} {
+			if _, ok := exp[p+suffix]; ok {
+				tier[p+suffix] = true
+			}
+		}
+	}
+	for _, pe := range promExprs(t, d) {
+		q := parsePromQL(pe.expr)
+		// A variable lists label values; only panels add series up.
+		if !strings.HasPrefix(pe.where, "panel ") || slices.Contains(q.grouping, "llm_pd_role") {
+			continue
+		}
+		for _, sel := range q.selectors {
+			if tier[sel.metric] && !slices.Contains(sel.labels, "llm_pd_role") {
+				t.Errorf("%s: aggregates %s over llm_pd_role (%q)", pe.where, sel.metric, pe.expr)
+			}
+		}
 	}
 }
 
