@@ -381,7 +381,7 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext, a *Arriv
 		t.finalize(ended, "")
 	}
 	if evicted != nil {
-		t.inst.evicted.Add(context.Background(), 1)
+		t.inst.evicted.Add(context.Background(), 1, t.inst.add...) // SPEC §7: a WithPDRole tracker's role
 		t.finalize(evicted, FinishEvicted)
 	}
 	for _, e := range errs {
