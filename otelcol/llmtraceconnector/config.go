@@ -60,8 +60,8 @@ func (c *Config) engine() (*reconstruct.Engine, error) {
 		return nil, nil
 	}
 	e, ok := reconstruct.EngineByName(c.Engine)
-	if !ok {
-		return nil, fmt.Errorf("llmtrace_metrics: unknown engine %q", c.Engine)
+	if !ok || e.NoExpand { // llmtrace's mapping is detected, never forced
+		return nil, fmt.Errorf("llmtrace_metrics: unknown engine %q (want auto, vllm, vllm-v0, sglang or tensorrt-llm)", c.Engine)
 	}
 	return &e, nil
 }

@@ -366,10 +366,11 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mut := range map[string]func(*Config){
-		"zero interval":  func(c *Config) { c.FlushInterval = 0 },
-		"no series":      func(c *Config) { c.MaxSeries = 0 },
-		"negative model": func(c *Config) { c.MaxModels = -1 },
-		"unknown engine": func(c *Config) { c.Engine = "ollama" },
+		"zero interval":   func(c *Config) { c.FlushInterval = 0 },
+		"no series":       func(c *Config) { c.MaxSeries = 0 },
+		"negative model":  func(c *Config) { c.MaxModels = -1 },
+		"unknown engine":  func(c *Config) { c.Engine = "ollama" },
+		"forced llmtrace": func(c *Config) { c.Engine = "llmtrace" }, // would read engine spans with the SPEC's meanings
 	} {
 		c := *good
 		mut(&c)

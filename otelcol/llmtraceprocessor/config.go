@@ -33,7 +33,7 @@ func (c *Config) engine() (*reconstruct.Engine, error) {
 		return nil, nil
 	}
 	e, ok := reconstruct.EngineByName(c.Engine)
-	if !ok {
+	if !ok || e.NoExpand { // llmtrace's mapping is detected, never forced: it expands nothing
 		return nil, fmt.Errorf("llmtrace: unknown engine %q (want auto, vllm, vllm-v0, sglang or tensorrt-llm)", c.Engine)
 	}
 	return &e, nil
