@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync"
 
 	"go.opentelemetry.io/otel"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -52,6 +53,9 @@ type Providers struct {
 	disabled bool
 	traces   *exportState
 	metrics  *exportState
+
+	shutdownOnce sync.Once
+	shutdownErr  error
 }
 
 // Setup builds the providers from the environment and c: the exporters
@@ -171,9 +175,14 @@ func (p *Providers) setupTraces(ctx context.Context, c Config, sel selection) er
 
 // Shutdown flushes and shuts both providers down within ctx. Export
 // failures are not its errors (Status has them): only a flush or shutdown
-// that did not finish.
+// that did not finish. It is idempotent: a later call (a deferred one
+// after the explicit one at exit) waits for the first and returns its
+// result, where the MeterProvider's own second Shutdown is an error.
 func (p *Providers) Shutdown(ctx context.Context) error {
-	return errors.Join(p.TracerProvider.Shutdown(ctx), p.MeterProvider.Shutdown(ctx))
+	p.shutdownOnce.Do(func() {
+		p.shutdownErr = errors.Join(p.TracerProvider.Shutdown(ctx), p.MeterProvider.Shutdown(ctx))
+	})
+	return p.shutdownErr
 }
 
 // Status is what the exporters did so far.

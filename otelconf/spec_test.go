@@ -63,3 +63,39 @@ func TestSchemeWinsOverInsecure(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownTwice: a program that shuts the providers down at exit and
+// again in a defer (as the README's example does) gets no error from the
+// second call: the MeterProvider's own second Shutdown answers "reader is
+// shutdown". Later calls return the first call's result.
+func TestShutdownTwice(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		c    Config
+		recv bool
+	}{
+		{name: "nothing configured"},
+		{name: "otlp", recv: true},
+		{name: "prometheus handler", c: Config{Prometheus: true}},
+		{name: "prometheus from the environment", env: []string{"OTEL_METRICS_EXPORTER", "prometheus", "OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1", "OTEL_EXPORTER_PROMETHEUS_PORT", "0"}},
+		{name: "disabled", env: []string{"OTEL_SDK_DISABLED", "true"}, c: Config{Prometheus: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := tc.env
+			if tc.recv {
+				env = append(env, "OTEL_EXPORTER_OTLP_ENDPOINT", startReceiver(t, receiverOpts{traces: true, metrics: true}).Endpoint)
+			}
+			cleanEnv(t, env...)
+			p, err := Setup(context.Background(), tc.c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if err := p.Shutdown(context.Background()); err != nil {
+					t.Errorf("Shutdown #%d: %v", i+1, err)
+				}
+			}
+		})
+	}
+}
