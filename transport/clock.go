@@ -4,6 +4,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -34,13 +35,109 @@ type streamClock struct {
 // first HELLO only, so a later HELLO (a keep-alive, a re-anchor) never moves
 // a side's times against each other.
 func (c *streamClock) hello(h Hello, recvNs int64, align bool) {
+	c.anchor(h)
+	if align && !c.aligned {
+		c.align(alignOffset(h, recvNs))
+	}
+}
+
+// anchor sets the anchor of the stream's monotonic times.
+func (c *streamClock) anchor(h Hello) {
 	c.anchored = true
 	c.wallNs, c.monoNs = h.WallNs, h.MonoNs
-	if align && !c.aligned {
-		// Both are non-negative int64s: the difference cannot overflow.
-		c.offset = recvNs - h.WallNs
-		c.aligned = true
+}
+
+// align sets the offset added to every time of the stream.
+func (c *streamClock) align(offset int64) {
+	c.offset = offset
+	c.aligned = true
+}
+
+// alignOffset is the alignment a HELLO that arrived at recvNs measures:
+// what maps its producer's wall clock onto the collector's.
+func alignOffset(h Hello, recvNs int64) int64 {
+	// Both are non-negative int64s: the difference cannot overflow.
+	return recvNs - h.WallNs
+}
+
+// producerClocks keeps, for AlignClocks, the alignment each producer clock
+// got at its first HELLO, so that the producer's later streams — a
+// reconnection, each HTTP body — map its times as its first stream did.
+// Measured again at each HELLO, the alignment moves by the difference
+// between the two HELLOs' delivery delays, which is as large as the
+// collector is slow to read a HELLO (a busy machine, a new HTTP
+// connection): a side's updates after the new HELLO could then land before
+// its earlier ones (rejected time_backwards) or stretch and shrink its
+// intervals. A producer clock is its HELLO's name and the difference
+// between its wall and monotonic readings, which is the same in every
+// HELLO of one producer (to a millisecond, for one that reads its two
+// clocks apart); producers that share both share one clock, so one
+// alignment fits them all. It is safe for concurrent use.
+type producerClocks struct {
+	mu sync.Mutex
+	by map[string][]clockAlign // by producer name
+	n  int
+}
+
+// clockAlign is one producer clock's alignment.
+type clockAlign struct {
+	skew   int64 // the HELLO's wall minus its monotonic reading
+	offset int64
+}
+
+const (
+	// sameClockNs is how far two HELLOs' wall − monotonic differences may
+	// be apart for one producer clock.
+	sameClockNs = int64(time.Millisecond)
+	// maxClocksPerName and maxClocks bound what producerClocks keeps: a
+	// name's oldest clock goes first; past maxClocks (a flood of names) it
+	// starts over, and a producer that reconnects after that is measured
+	// again.
+	maxClocksPerName = 8
+	maxClocks        = 4096
+)
+
+// offset returns the alignment of h's producer clock: the one its first
+// HELLO measured, else the one h measures (recvNs is when h arrived),
+// which it keeps for the clock's later HELLOs. A HELLO without a monotonic
+// reading names no clock and is measured alone.
+func (p *producerClocks) offset(h Hello, mono bool, recvNs int64) int64 {
+	off := alignOffset(h, recvNs)
+	if !mono {
+		return off
 	}
+	skew := h.WallNs - h.MonoNs // both non-negative: no overflow
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	known := p.by[h.Producer]
+	for _, a := range known {
+		if sameClock(a.skew, skew) {
+			return a.offset
+		}
+	}
+	if p.n >= maxClocks {
+		p.by, p.n, known = nil, 0, nil
+	}
+	if p.by == nil {
+		p.by = map[string][]clockAlign{}
+	}
+	if len(known) >= maxClocksPerName {
+		known = append(known[:0:0], known[1:]...)
+		p.n--
+	}
+	p.by[h.Producer] = append(known, clockAlign{skew: skew, offset: off})
+	p.n++
+	return off
+}
+
+// sameClock reports whether two wall − monotonic differences are one
+// clock's, without overflowing.
+func sameClock(a, b int64) bool {
+	if a > b {
+		a, b = b, a
+	}
+	d := b - a // negative only when the true difference overflowed
+	return d >= 0 && d <= sameClockNs
 }
 
 // wallNs maps s onto Unix nanoseconds. Values anywhere in int64's range

@@ -94,7 +94,11 @@ type Config struct {
 	// HELLO arrives within microseconds, so a producer whose wall clock is
 	// off still lines up with the others. The alignment is as precise as
 	// the HELLO's delivery (the Producer sends it the moment it connects);
-	// it never moves within a stream, so a side's times keep their order.
+	// it never moves within a stream, nor across a producer's streams: a
+	// producer that reconnects, or an HTTP producer's next body, keeps the
+	// alignment its first HELLO measured (a producer is known by its
+	// HELLO's name and the difference between its wall and monotonic
+	// readings), so a side's times keep their order.
 	// Without it the producer's own anchor is trusted (SPEC §5) and skew is
 	// clamped by the span builder.
 	AlignClocks bool
@@ -184,6 +188,7 @@ type Collector struct {
 	bufSize   int
 	needsAuth func(net.Addr) bool
 	httpSides httpPresence
+	clocks    producerClocks // AlignClocks' alignments, by producer clock
 
 	n struct {
 		streams, active, hellos, updates, recorded, rejected, dropped atomic.Int64

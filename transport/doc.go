@@ -25,9 +25,14 @@
 // replaces the anchor; a monotonic time before any HELLO is rejected
 // (counted as no_anchor). With Config.AlignClocks the collector also
 // replaces the producer's wall clock by its own: the offset between the
-// stream's first HELLO's wall time and the collector's clock when it
+// producer's first HELLO's wall time and the collector's clock when it
 // arrived is added to every time of the stream, which removes the skew of
 // a producer on the same host whose wall clock is off (see AlignClocks).
+// A producer's later streams — it reconnected, or it posts HTTP bodies —
+// keep that offset: a producer is known by its HELLO's name and the
+// difference between the HELLO's wall and monotonic readings (within a
+// millisecond), so measuring it again, with another HELLO's delivery
+// delay, never moves its later updates against its earlier ones.
 // Any value may arrive, up to int64's range: a time whose mapping leaves
 // 1970–2200 (or would overflow) is rejected as bad_timestamp, never
 // wrapped around. A live tracker (otelstats.WithAutoSweep, as collect runs)

@@ -199,7 +199,7 @@ func (s *stream) frame(f *Frame) bool {
 		if !s.admit(&f.Hello) {
 			return false
 		}
-		s.hello(f.Hello)
+		s.hello(f.Hello, true)
 	case FrameUpdate:
 		if !s.admit(nil) {
 			return false
@@ -298,10 +298,15 @@ func (s *stream) proven() {
 	}
 }
 
-func (s *stream) hello(h Hello) {
+// hello applies a HELLO; mono says it carries a monotonic reading (a
+// JSON HELLO may carry its wall clock alone).
+func (s *stream) hello(h Hello, mono bool) {
 	s.proven()
 	s.present(h.Side)
-	s.clock.hello(h, s.c.cfg.now().UnixNano(), s.c.cfg.AlignClocks)
+	s.clock.anchor(h)
+	if s.c.cfg.AlignClocks && !s.clock.aligned {
+		s.clock.align(s.c.clocks.offset(h, mono, s.c.cfg.now().UnixNano()))
+	}
 	if h.Producer != "" {
 		s.st.Producer = h.Producer
 	}
@@ -471,7 +476,7 @@ func (s *stream) jsonHello(x *lineExtras, complete bool) bool {
 	if !s.admit(&h) {
 		return false
 	}
-	s.hello(h)
+	s.hello(h, x.MonoTS != nil)
 	if x.MonoTS == nil {
 		// A wall-only HELLO names the producer (and aligns its clock) but
 		// anchors no monotonic clock.
