@@ -192,7 +192,8 @@ func (q *Request) Progress(now time.Time) (s RequestStats, ok bool) {
 		stop = in(r.enFinish)
 	}
 	if r.firstQueued != 0 && r.firstPrefill != 0 {
-		s.QueueDuration = some(time.Duration(in(r.firstPrefill) - in(r.firstQueued)))
+		// SPEC §7: without the KV transfer, as the final value.
+		s.QueueDuration = some(time.Duration(in(r.firstPrefill) - in(r.firstQueued) - r.transferNs(end)))
 	}
 	if r.firstPrefill != 0 {
 		s.InferenceLatency = some(time.Duration(max(stop-in(r.firstPrefill), 0)))

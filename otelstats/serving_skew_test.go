@@ -86,3 +86,23 @@ func TestServingValuesMatchSpansUnderSkew(t *testing.T) {
 		})
 	}
 }
+
+// SPEC §7: queue_duration_s excludes the KV transfer — while the request is
+// in flight too (Request.Progress, an HTTP layer's Server-Timing), as its
+// final RequestStats will.
+func TestProgressQueueExcludesTransfer(t *testing.T) {
+	h := newHarness(t)
+	q, err := h.tr.Arrive(t.Context(), "d", Arrival{Time: at(0), Model: "m", PDRole: PDRoleDecode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := decodeInstance("d", "")
+	h.feed(us[1:7]) // up to the first DECODING at 20
+	p, ok := q.Progress(at(25))
+	if !ok {
+		t.Fatal("Progress: not in flight")
+	}
+	wantLatency(t, "queue (in flight)", p.QueueDuration, 4) // (4 - 2) + (16 - 14)
+	h.feed(us[7:])
+	wantLatency(t, "queue (final)", h.statsOf("d").QueueDuration, 4)
+}
