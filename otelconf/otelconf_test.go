@@ -346,7 +346,18 @@ func TestRefusedSignal(t *testing.T) {
 			if s := st.String(); !strings.Contains(s, "refused by the backend") {
 				t.Errorf("Status() = %q", s)
 			}
-			if e := errs.all(); len(e) != 1 {
+			// The SDK's periodic reader may start one last collection as
+			// Shutdown cancels its loop, and reports that collection's
+			// "context canceled" itself (an upstream race, more likely at
+			// a 20 ms interval): not an export failure.
+			var e []error
+			for _, err := range errs.all() {
+				var xe *ExportError
+				if errors.As(err, &xe) || !errors.Is(err, context.Canceled) {
+					e = append(e, err)
+				}
+			}
+			if len(e) != 1 {
 				t.Errorf("%d errors reported, want the one refusal: %v", len(e), e)
 			}
 		})
@@ -616,14 +627,17 @@ func TestCountsHoldOnEveryPath(t *testing.T) {
 		endpoint func(t *testing.T) string
 		traces   bool
 		allOK    bool
+		// within bounds Shutdown: short only where the exporter hangs
+		// (a loaded machine must not fail the accepting case).
+		within time.Duration
 	}{
 		{name: "accepting", endpoint: func(t *testing.T) string {
 			return startReceiver(t, receiverOpts{traces: true}).Endpoint
-		}, allOK: true},
+		}, allOK: true, within: 30 * time.Second},
 		{name: "refusing traces", endpoint: func(t *testing.T) string {
 			return startReceiver(t, receiverOpts{metrics: true}).Endpoint
-		}},
-		{name: "hung", endpoint: silentListener},
+		}, within: 30 * time.Second},
+		{name: "hung", endpoint: silentListener, within: 200 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cleanEnv(t, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", tc.endpoint(t),
@@ -639,7 +653,7 @@ func TestCountsHoldOnEveryPath(t *testing.T) {
 				request(t, tr)
 			}
 			_ = tr.Shutdown(context.Background())
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), tc.within)
 			defer cancel()
 			_ = p.Shutdown(ctx)
 			st := p.Status().Traces
