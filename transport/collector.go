@@ -121,7 +121,7 @@ type Stats struct {
 	ActiveStreams int64
 	Hellos        int64
 	Updates       int64 // decoded and queued
-	Recorded      int64 // accepted by the tracker
+	Recorded      int64 // accepted by the tracker (see HeldRejected)
 	Rejected      int64 // rejected at decoding or by the tracker
 	Dropped       int64 // found the queue full (or the collector closed)
 	Malformed     int64 // lines or frames that did not decode
@@ -336,6 +336,19 @@ func (c *Collector) work(q chan item) {
 		}
 		c.n.recorded.Add(1)
 	}
+}
+
+// HeldRejected counts re, a rejection the tracker made after Record had
+// accepted the update — one held for its request's ARRIVED that expired
+// (unknown_request) or broke a rule when the ARRIVED came — as this
+// collector's: the update moves from Recorded to Rejected, and Logger and
+// OnReject see it as they see the others. Pass it to the tracker's
+// otelstats.WithOnReject when the collector is what feeds the tracker
+// (`llmtrace collect` does); otherwise Recorded counts such updates.
+func (c *Collector) HeldRejected(re *otelstats.RejectError) {
+	c.n.recorded.Add(-1)
+	c.n.rejected.Add(1)
+	c.rejectedHook(re)
 }
 
 func (c *Collector) rejectedHook(re *otelstats.RejectError) {

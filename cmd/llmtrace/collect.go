@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -236,6 +237,9 @@ type collectRun struct {
 	spanDump *spanlog.Processor
 	sink     *statsSink
 	tr       *otelstats.Tracker
+	// col is the collector feeding tr, once it exists: the tracker's late
+	// rejections (held updates) are its to count.
+	col atomic.Pointer[transport.Collector]
 }
 
 func (r *collectRun) fail(format string, a ...any) int {
@@ -279,6 +283,7 @@ func runCollect(ctx context.Context, cfg collectConfig, stdout, stderr io.Writer
 		}
 		return r.fail("%v", err)
 	}
+	r.col.Store(srv.Collector())
 	status := 0
 	if err := srv.Run(ctx); err != nil {
 		r.log.Error("collector", "err", err)
@@ -327,7 +332,15 @@ func (r *collectRun) setup(ctx context.Context, cfg *collectConfig, stdout io.Wr
 		// on times taken from input (replay, without it, keeps the log's).
 		otelstats.WithAutoSweep(100*time.Millisecond),
 		otelstats.WithMaxClockAhead(cfg.clockAhead),
-		otelstats.WithOnReject(func(e *otelstats.RejectError) { r.log.Debug("update rejected", "err", e) }),
+		// An update held for its ARRIVED and rejected later: the collector
+		// counted it recorded when the tracker held it.
+		otelstats.WithOnReject(func(e *otelstats.RejectError) {
+			if c := r.col.Load(); c != nil {
+				c.HeldRejected(e) // logs it too
+				return
+			}
+			r.log.Debug("update rejected", "err", e)
+		}),
 	)
 	if cfg.statsLog > 0 {
 		opts = append(opts, otelstats.WithStatsLog(r.log, cfg.statsLog))

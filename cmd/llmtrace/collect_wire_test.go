@@ -347,3 +347,28 @@ func TestCollectAlignAcrossStreams(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectCountsHeldRejections: an engine update that reaches collect
+// before its request's ARRIVED is held; when the ARRIVED never comes it is
+// rejected (unknown_request) after Record returned. collect's final
+// counters count it rejected, not recorded: they said "recorded=2
+// rejected=0" for two updates that were lost.
+func TestCollectCountsHeldRejections(t *testing.T) {
+	p := startCollectBinary(t, "-hold", "100ms")
+	now := time.Now()
+	var b []byte
+	b = transport.AppendHeader(b)
+	b = transport.AppendHello(b, transport.Hello{Producer: "engine", WallNs: now.UnixNano(), MonoNs: 1, Side: otelstats.SideEngine})
+	for _, u := range []otelstats.Update{
+		{RequestID: "orphan", Kind: otelstats.KindQueued, Side: otelstats.SideEngine, Time: now},
+		{RequestID: "orphan", Kind: otelstats.KindPrefilling, Side: otelstats.SideEngine, NumComputedTokens: 4, Time: now.Add(time.Millisecond)},
+	} {
+		b = transport.AppendUpdate(b, &u, transport.Stamp{Ns: u.Time.UnixNano()})
+	}
+	p.dialStream(b).Close()
+	p.waitStderr("no ARRIVED within the hold window", 2)
+	cnt := p.term()
+	if cnt["updates"] != 2 || cnt["recorded"] != 0 || cnt["rejected"] != 2 {
+		t.Errorf("final counters %v: want the 2 held updates rejected, none recorded", cnt)
+	}
+}
