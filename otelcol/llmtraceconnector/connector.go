@@ -36,6 +36,10 @@ type metricsConnector struct {
 	latest    pcommon.Timestamp // the latest consume, which may start a series
 	models    nameSet
 	adapters  nameSet
+	ops       nameSet // free-form labels, bounded as the tracker bounds them
+	reasons   nameSet
+	errTypes  nameSet
+	providers nameSet
 	key       []byte // scratch for map keys
 
 	stop   chan struct{}
@@ -47,7 +51,36 @@ var _ connector.Traces = (*metricsConnector)(nil)
 
 func newConnector(cfg *Config, e *reconstruct.Engine, next consumer.Metrics, logger *zap.Logger) *metricsConnector {
 	return &metricsConnector{cfg: cfg, engine: e, next: next, logger: logger,
-		resources: map[string]*resourceState{}, models: newNameSet(cfg.Models), adapters: newNameSet(cfg.Adapters)}
+		resources: map[string]*resourceState{}, models: newNameSet(cfg.Models), adapters: newNameSet(cfg.Adapters),
+		ops: newLabelSet(seedOperations), reasons: newLabelSet(seedReasons), errTypes: newLabelSet(nil),
+		providers: newLabelSet(seedProviders)}
+}
+
+// Free-form labels (SPEC §4: low-cardinality attributes), bounded as the
+// tracker bounds them: the seeds, the values users see everywhere, and
+// the first few distinct others keep their name, any later one is
+// "other". A producer inventing a reason per request gets one series.
+var (
+	seedOperations = []string{"chat", "text_completion", "embeddings", "generate_content", "execute_tool",
+		"create_agent", "invoke_agent"}
+	seedReasons = []string{"stop", "length", "abort", "error", "abandoned", "evicted",
+		"unfinished", "remote_decode", "tool_calls", "content_filter", "function_call"}
+	// seedProviders are the engines' names, the provider of a span without
+	// gen_ai.provider.name.
+	seedProviders = []string{"vllm", "vllm-v0", "sglang", "tensorrt-llm", "llmtrace"}
+)
+
+const (
+	maxExtraOperations = 16
+	maxExtraReasons    = 16
+	maxErrorTypes      = 64
+	maxExtraProviders  = 16
+)
+
+func newLabelSet(seed []string) nameSet {
+	s := newNameSet(seed)
+	s.fixed = false
+	return s
 }
 
 // nameSet decides which models (or adapters) keep their name on metrics,
@@ -226,8 +259,10 @@ func isFailure(reason string) bool {
 // record adds one request to its resource's series.
 func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstruct.Request, ts pcommon.Timestamp) {
 	ok := !isFailure(r.FinishReason)
-	l := labels{op: r.Operation, provider: r.Provider, model: c.models.label(r.Model, ok, c.cfg.MaxModels),
-		adapter: c.adapters.label(r.LoRAAdapter, ok, c.cfg.MaxModels), role: r.PDRole, reason: r.FinishReason}
+	l := labels{op: c.ops.label(r.Operation, true, len(seedOperations)+maxExtraOperations),
+		provider: c.providers.label(r.Provider, true, len(seedProviders)+maxExtraProviders),
+		model:    c.models.label(r.Model, ok, c.cfg.MaxModels), adapter: c.adapters.label(r.LoRAAdapter, ok, c.cfg.MaxModels),
+		role: r.PDRole, reason: c.reasons.label(r.FinishReason, true, len(seedReasons)+maxExtraReasons)}
 	l.errType = spanread.ErrorType(sp)
 	if l.errType == "" && (isFailure(r.FinishReason) || r.Failed) {
 		l.errType = r.FinishReason
@@ -235,6 +270,7 @@ func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstr
 			l.errType = "error"
 		}
 	}
+	l.errType = c.errTypes.label(l.errType, true, maxErrorTypes)
 	s := r.Stats()
 
 	b := getSeries(c, st.base, labels{op: l.op, provider: l.provider, model: l.model, adapter: l.adapter, role: l.role}, ts, func(l labels, t pcommon.Timestamp) *baseSeries {

@@ -537,3 +537,36 @@ func TestShutdownEndsAStuckFlush(t *testing.T) {
 		t.Fatal("Shutdown waited on the stuck flush")
 	}
 }
+
+// Free-form labels stay low-cardinality as in the tracker (SPEC §4): a
+// producer inventing a finish reason, an error type, a provider or an operation per
+// request gets a bounded set of names plus "other", not a series each that
+// would use up max_series before the next real model arrives.
+func TestConnectorBoundsFreeFormLabels(t *testing.T) {
+	td := ptrace.NewTraces()
+	ss := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty()
+	for i := range 200 {
+		sp := spantest.VLLM(ss, pcommon.TraceID{byte(i), 1}, pcommon.SpanID{byte(i), 1}, t0, 0.3, 1.0, 0.05, 0.2, 0.6, 10, 2, fmt.Sprintf("reason-%d", i))
+		sp.Attributes().PutStr(string(attributes.OperationName), fmt.Sprintf("op-%d", i))
+		sp.Attributes().PutStr(string(attributes.ErrorType), fmt.Sprintf("err-%d", i))
+		sp.Attributes().PutStr(string(attributes.ProviderName), fmt.Sprintf("provider-%d", i))
+	}
+	got, _ := fromPdata(runConnector(t, createDefaultConfig().(*Config), td))
+	distinct := map[string]map[string]bool{}
+	for k := range got {
+		for _, kv := range strings.Split(strings.TrimSuffix(k[strings.IndexByte(k, '{')+1:], "}"), ",") {
+			if name, v, ok := strings.Cut(kv, "="); ok {
+				if distinct[name] == nil {
+					distinct[name] = map[string]bool{}
+				}
+				distinct[name][v] = true
+			}
+		}
+	}
+	for name, limit := range map[string]int{string(attributes.OperationName): 17, string(attributes.FinishReason): 17, string(attributes.ErrorType): 65,
+		string(attributes.ProviderName): 17} {
+		if n := len(distinct[name]); n > limit || !distinct[name][attributes.OtherModel] {
+			t.Errorf("%s: %d distinct values (other: %v), want at most %d with other", name, n, distinct[name][attributes.OtherModel], limit)
+		}
+	}
+}

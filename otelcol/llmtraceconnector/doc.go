@@ -24,7 +24,10 @@
 // or past max_models), llm.pd.role (SPEC §7: prefill and decode instances
 // keep apart), error.type and llm.finish_reason; never a request id. As in
 // the tracker, a model or adapter name earns its series only with a
-// request that did not fail. They are emitted every flush_interval and at shutdown. Past
+// request that did not fail, and the free-form labels are bounded: the
+// operation and the finish reason to the usual values and 16 others, the
+// provider to the engines' names and 16 others, error.type to 64 values;
+// any later value is "other". They are emitted every flush_interval and at shutdown. Past
 // max_series a new series is folded into one with otel.metric.overflow=true,
 // as the OpenTelemetry SDK does, and a new resource (a new pod) into one
 // resource with that attribute, so churning instances cannot grow the
