@@ -374,6 +374,13 @@ func decodeResponseFields(s *fieldScanner, c *chunkJSON) {
 	dec(respObject, &c.Object)
 	dec(respStatus, &c.Status)
 	dec(respChoices, &c.Choices)
+	if _, over := s.value(respChoices); over && s.tap != nil {
+		// Longer than the layer keeps: the finish reason read as they
+		// went by stands for them.
+		if fr := s.tap.reason(); fr != nil {
+			c.Choices = append(c.Choices[:0], choiceJSON{FinishReason: fr})
+		}
+	}
 	dec(respUsage, &c.Usage)
 	dec(respError, &c.Error)
 	dec(respIncomplete, &c.IncompleteDetails)

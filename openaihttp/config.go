@@ -163,7 +163,8 @@ func WithMaxBody(n int) Option {
 }
 
 // WithEventLimit bounds one SSE event, and the choices of a response that
-// is not streamed, that the layer reads (default DefaultEventLimit).
+// is not streamed, that the layer reads (default DefaultEventLimit); of
+// longer choices only the finish reasons are read.
 func WithEventLimit(n int) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {

@@ -86,11 +86,12 @@
 //     tracker sees the same deliveries, up to 100 ms late (a stream that
 //     pauses: when it goes on or ends).
 //   - A JSON response is scanned like the request: its id, model, choices
-//     (up to WithEventLimit), usage, status and error. It was received in
-//     one piece, so it has no token times (SPEC §2): FINISHED carries its
-//     usage.completion_tokens as Update.NumOutputTokens, and TTFT, TPOT,
-//     ITL, prefill and decode are absent unless an engine recording into
-//     the same tracker gives them.
+//     (up to WithEventLimit; of longer ones, such as a long completion's
+//     logprobs, only the finish reasons, read as they go by), usage,
+//     status and error. It was received in one piece, so it has no token
+//     times (SPEC §2): FINISHED carries its usage.completion_tokens as
+//     Update.NumOutputTokens, and TTFT, TPOT, ITL, prefill and decode are
+//     absent unless an engine recording into the same tracker gives them.
 //   - The response's id and model go on the root (gen_ai.response.id,
 //     gen_ai.response.model, cut at 256 bytes and counted in
 //     llm.attributes.truncated), with http.response.status_code.

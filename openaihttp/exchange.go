@@ -162,6 +162,7 @@ func (ex *exchange) header(code int, h http.Header, at time.Time) {
 	}
 	if ex.mode == modeJSON {
 		ex.body = newFieldScanner(ex.cfg.responseFields, ex.hold)
+		ex.body.tap, ex.body.tapKey = newChoiceScan(ex.hold), respChoices
 	}
 	if ex.cfg.serverTiming {
 		ex.timingHeader(h, at)

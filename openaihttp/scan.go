@@ -34,6 +34,10 @@ type fieldScanner struct {
 	keyEsc  bool // the key has an escape: compare it unquoted
 	keyOver bool
 	cur     int // wanted index of the value being read, -1 when skipped
+	// tap, when set, also reads every byte of wanted key tapKey's value,
+	// however long (a response's choices: choiceScan).
+	tap     *choiceScan
+	tapKey  int
 	done    bool
 	bad     bool
 	stopped bool // released: reads nothing more
@@ -117,7 +121,17 @@ func (s *fieldScanner) head(i int) (raw []byte, cut bool) {
 }
 
 // feed reads the next bytes of the object.
-func (s *fieldScanner) feed(p []byte) {
+func (s *fieldScanner) feed(p []byte) { s.feedRest(p) }
+
+// reset readies the scanner for another object, keeping its storage.
+func (s *fieldScanner) reset() {
+	clear(s.vals)
+	s.buf, s.st, s.depth, s.inStr, s.esc, s.key, s.cur, s.done, s.bad = s.buf[:0], scanStart, 0, false, false, s.key[:0], -1, false, false
+}
+
+// feedRest reads the next bytes of the object and returns those after its
+// end.
+func (s *fieldScanner) feedRest(p []byte) []byte {
 	for len(p) > 0 && !s.done && !s.bad && !s.stopped {
 		switch s.st {
 		case scanValue:
@@ -133,6 +147,7 @@ func (s *fieldScanner) feed(p []byte) {
 			s.structural(c)
 		}
 	}
+	return p
 }
 
 // structural handles one non-blank byte outside keys and values.
@@ -214,6 +229,9 @@ func (s *fieldScanner) endKey() {
 		key = []byte(k)
 	}
 	s.cur = s.set.index(lower(key))
+	if s.tap != nil && s.cur == s.tapKey {
+		s.tap.reset()
+	}
 	if s.cur >= 0 {
 		// A later duplicate replaces the earlier value: the new one starts
 		// at the end of what is kept.
@@ -390,7 +408,13 @@ func (s *fieldScanner) pop(c byte) bool {
 // capture appends b to the value being read, if it is wanted and fits.
 func (s *fieldScanner) capture(b []byte) {
 	i := s.cur
-	if i < 0 || s.vals[i].over || len(b) == 0 {
+	if i < 0 || len(b) == 0 {
+		return
+	}
+	if s.tap != nil && i == s.tapKey {
+		s.tap.feed(b)
+	}
+	if s.vals[i].over {
 		return
 	}
 	v := &s.vals[i]
@@ -438,6 +462,9 @@ func (s *fieldScanner) endValue() {
 
 // release gives back what the scanner holds; it reads nothing more.
 func (s *fieldScanner) release() {
+	if s.tap != nil {
+		s.tap.release()
+	}
 	s.stopped = true
 	s.hold.release(cap(s.buf))
 	s.buf = nil
