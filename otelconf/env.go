@@ -262,6 +262,19 @@ func checkHistogramAggregation() {
 	}
 }
 
+// checkTemporality reports a value of
+// OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE the OTLP exporters
+// would ignore, logging it only at a verbosity nobody sees: the
+// specification wants a warning for an enum value not recognised.
+func checkTemporality() {
+	const k = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
+	switch v := strings.TrimSpace(os.Getenv(k)); strings.ToLower(v) {
+	case "", "cumulative", "delta", "lowmemory":
+	default:
+		otel.Handle(fmt.Errorf("otelconf: %s=%q: want cumulative, delta or lowmemory; cumulative applies", k, v))
+	}
+}
+
 // exponentialHistograms reports whether the OTLP metric exporter is asked
 // for base2 exponential histograms. The Aggregator keeps explicit buckets,
 // so Setup then leaves it out and the tracker's histograms go through the

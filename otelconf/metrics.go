@@ -105,6 +105,7 @@ func newMetricReader(ctx context.Context, sel selection, agg *otelstats.Aggregat
 		return metricReader{}, fmt.Errorf("otelconf: metrics exporter: %w", err)
 	}
 	checkHistogramAggregation()
+	checkTemporality()
 	// The exporter read OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION;
 	// the SDK's histograms follow what it answers here.
 	hist := exp.Aggregation(sdkmetric.InstrumentKindHistogram)

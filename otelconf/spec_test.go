@@ -2,6 +2,7 @@ package otelconf
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +96,40 @@ func TestShutdownTwice(t *testing.T) {
 				if err := p.Shutdown(context.Background()); err != nil {
 					t.Errorf("Shutdown #%d: %v", i+1, err)
 				}
+			}
+		})
+	}
+}
+
+// TestTemporalityPreference: a value of
+// OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE the exporter does not
+// know is reported (the specification: an unrecognised enum value MUST
+// produce a warning); the Go exporter only logs it at a verbosity nobody
+// sees. Known values, in any case, are not.
+func TestTemporalityPreference(t *testing.T) {
+	for _, tc := range []struct {
+		value  string
+		warned bool
+	}{
+		{"", false},
+		{"cumulative", false},
+		{"Delta", false},
+		{"lowmemory", false},
+		{"deltas", true},
+	} {
+		t.Run("value="+tc.value, func(t *testing.T) {
+			rec := startReceiver(t, receiverOpts{http: true, metrics: true})
+			cleanEnv(t, "OTEL_METRICS_EXPORTER", "otlp", "OTEL_TRACES_EXPORTER", "none", "OTEL_EXPORTER_OTLP_ENDPOINT", rec.Endpoint,
+				"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", tc.value)
+			errs := captureErrors(t)
+			p := setup(t, Config{})
+			if err := p.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			all := errs.all()
+			warned := len(all) > 0 && strings.Contains(fmt.Sprint(all), "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE")
+			if warned != tc.warned || !warned && len(all) > 0 {
+				t.Errorf("reported %v; want a warning naming the variable: %v", all, tc.warned)
 			}
 		})
 	}
