@@ -23,7 +23,7 @@ func (r *Runner) FindMax(ctx context.Context, c Config, maxLevels int, report fu
 		if ctx.Err() != nil {
 			break
 		}
-		c.Rate = math.Round(rate)
+		c.Rate = max(math.Round(rate), 1) // never 0: that would run flat out
 		res, err := r.Run(ctx, c)
 		all = append(all, res)
 		if report != nil {

@@ -19,6 +19,15 @@ const flushTimeout = 60 * time.Second
 // is tracked beyond it.
 const maxSamples = 1 << 20
 
+// maxPrealloc bounds the capacity a level's per-step slices start with: a
+// batch larger than that grows them as it fills, so an absurd InFlight
+// costs nothing up front.
+const maxPrealloc = 4096
+
+// maxOffered caps what a paced level counts as offered, so that a rate no
+// loop can take (-rate 1e20) saturates instead of overflowing int64.
+const maxOffered = 1 << 62
+
 // Run runs one level: arrivals for c.Duration (or until ctx ends), then
 // the requests in flight drain, then the span processor is flushed (for at
 // most 60 s, or until ctx ends: then Result.Pending says what the flush
@@ -73,15 +82,16 @@ func (r *Runner) newLevel(c Config) *level {
 	r.offered.Store(0)
 	r.completed.Store(0)
 	r.steps.Store(0)
+	n := min(c.InFlight, maxPrealloc)
 	l := &level{
 		r: r, c: c, res: Result{Config: c},
 		inWindow: true,
 		prefix:   "load-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
-		running:  make([]*request, 0, c.InFlight),
-		queued:   make([]*otelstats.Request, 0, c.InFlight),
-		sched:    make([]otelstats.Scheduled, 0, c.InFlight),
-		dec:      make([]otelstats.Decoded, 0, c.InFlight),
-		fin:      make([]otelstats.Finished, 0, c.InFlight),
+		running:  make([]*request, 0, n),
+		queued:   make([]*otelstats.Request, 0, n),
+		sched:    make([]otelstats.Scheduled, 0, n),
+		dec:      make([]otelstats.Decoded, 0, n),
+		fin:      make([]otelstats.Finished, 0, n),
 		lat:      make([]time.Duration, 0, 1<<12),
 		minWait:  math.MaxInt64,
 	}
@@ -112,7 +122,7 @@ func (l *level) step(ctx context.Context) bool {
 	l.arrive(ctx, tA, due)
 	l.schedule(tA)
 	busy := time.Since(t0)
-	l.modelTime()
+	l.modelTime(ctx)
 	tB := time.Now()
 	l.output(tB)
 	l.record(busy + time.Since(tB))
@@ -129,39 +139,47 @@ func (l *level) closeWindow(ctx context.Context, t time.Time) {
 	l.res.Backlog = (p1 - l.p0) - (e1 - l.e0) - (d1 - l.d0)
 }
 
-// due is how many requests arrive at t: paced, those the rate owes; flat
-// out, enough to keep the batch full, admitting at most one
-// OutputTokens-th of it per step so that completions spread over the steps
-// instead of a whole batch arriving and finishing in lockstep.
-func (l *level) due(t time.Time) int {
+// due is how many requests arrive at t: paced, those the rate owes (the
+// total saturating at maxOffered); flat out, enough to keep the batch
+// full, admitting at most one OutputTokens-th of it per step so that
+// completions spread over the steps instead of a whole batch arriving and
+// finishing in lockstep.
+func (l *level) due(t time.Time) int64 {
 	switch {
 	case !l.inWindow:
 		return 0
 	case l.c.Rate > 0:
-		return int(int64(l.c.Rate*t.Sub(l.start).Seconds()) - l.res.Offered)
+		owed := l.c.Rate * t.Sub(l.start).Seconds()
+		if !(owed < maxOffered) {
+			owed = maxOffered
+		}
+		return int64(owed) - l.res.Offered
 	}
-	return min(l.c.InFlight-len(l.running)-(len(l.waiting)-l.head), (l.c.InFlight+l.c.OutputTokens-1)/l.c.OutputTokens)
+	return int64(min(l.c.InFlight-len(l.running)-(len(l.waiting)-l.head), (l.c.InFlight+l.c.OutputTokens-1)/l.c.OutputTokens))
 }
 
 // sleepUntilNextArrival idles until the rate owes the next request.
 func (l *level) sleepUntilNextArrival(ctx context.Context) {
-	at := l.start.Add(time.Duration(float64(l.res.Offered+1) / l.c.Rate * float64(time.Second)))
-	if at.After(l.end) {
-		at = l.end
+	at := l.end
+	// In float seconds: at a tiny rate the next arrival is past any
+	// time.Duration (and the window's end).
+	if s := float64(l.res.Offered+1) / l.c.Rate; s < l.end.Sub(l.start).Seconds() {
+		at = l.start.Add(time.Duration(s * float64(time.Second)))
 	}
 	sleepUntil(ctx, at)
 }
 
-// arrive admits n requests through the frontend handle, or sheds them when
-// the waiting queue is full.
-func (l *level) arrive(ctx context.Context, t time.Time, n int) {
+// arrive admits n requests through the frontend handle while the waiting
+// queue has room, and sheds the rest (counted at once: a rate far beyond
+// the queue costs the loop nothing per shed request).
+func (l *level) arrive(ctx context.Context, t time.Time, n int64) {
 	l.queued = l.queued[:0]
-	for range max(n, 0) {
+	n = max(n, 0)
+	admit := min(n, max(int64(l.c.MaxWaiting-(len(l.waiting)-l.head)), 0))
+	l.res.Offered += n - admit
+	l.res.Shed += n - admit
+	for range admit {
 		l.res.Offered++
-		if len(l.waiting)-l.head >= l.c.MaxWaiting {
-			l.res.Shed++
-			continue
-		}
 		l.r.seq++
 		id := l.prefix + strconv.FormatInt(l.r.seq, 10)
 		q, err := l.r.tr.Arrive(ctx, id, otelstats.Arrival{Time: t, Model: l.c.Model})
@@ -199,8 +217,9 @@ func (l *level) schedule(t time.Time) {
 }
 
 // modelTime sleeps until the step's deadline, StepTime after the previous
-// one; a loop that is behind does not catch up in a burst.
-func (l *level) modelTime() {
+// one, or until ctx ends (an interrupt ends the level at once, whatever
+// StepTime is); a loop that is behind does not catch up in a burst.
+func (l *level) modelTime(ctx context.Context) {
 	if l.c.StepTime <= 0 {
 		return
 	}
@@ -209,7 +228,7 @@ func (l *level) modelTime() {
 		l.next = now
 		return
 	}
-	sleepUntil(context.Background(), l.next)
+	sleepUntil(ctx, l.next)
 }
 
 // output records the step's outputs: every running request DECODED one
