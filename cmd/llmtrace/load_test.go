@@ -74,6 +74,9 @@ func TestLoadUsage(t *testing.T) {
 		{"bad endpoint", []string{"-endpoint", "nowhere"}, "want host:port"},
 		{"zero duration", []string{"-endpoint", "127.0.0.1:1", "-duration", "0"}, "-duration"},
 		{"negative rate", []string{"-endpoint", "127.0.0.1:1", "-rate", "-5"}, "-rate"},
+		{"NaN rate", []string{"-endpoint", "127.0.0.1:1", "-rate", "NaN"}, "-rate"},
+		{"infinite rate", []string{"-endpoint", "127.0.0.1:1", "-rate", "+Inf"}, "-rate"},
+		{"negative max-waiting", []string{"-endpoint", "127.0.0.1:1", "-max-waiting", "-1"}, "-max-waiting"},
 		{"extra argument", []string{"-endpoint", "127.0.0.1:1", "more"}, "unexpected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
