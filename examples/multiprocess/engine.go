@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -46,6 +49,12 @@ func runEngine(o *options) error {
 		return fmt.Errorf("-engine and -collector are required")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("process", "engine", "pid", os.Getpid())
+	// Ctrl-C or SIGTERM (a terminal's Ctrl-C reaches a spawned engine
+	// too): stop as when the frontend hangs up, aborting what is left and
+	// flushing the producer. A second signal ends the process at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
 	p, err := transport.NewProducer(transport.ProducerConfig{
 		Addr: o.collectorAddr, Name: fmt.Sprintf("engine-core-%d", os.Getpid()),
 		// Announced in the HELLO: from the moment this process connects, a
@@ -64,19 +73,33 @@ func runEngine(o *options) error {
 	// Take work only once the stream is up: a request the frontend
 	// finishes before the collector knows an engine is present ends at
 	// once, and this engine's updates for it would come after its end.
-	for deadline := time.Now().Add(10 * time.Second); p.Stats().Connects == 0 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); p.Stats().Connects == 0 && time.Now().Before(deadline) && ctx.Err() == nil; {
 		time.Sleep(5 * time.Millisecond)
+	}
+	closeProducer := func() error {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return p.Close(cctx)
 	}
 	l, err := transport.Listen(a, false)
 	if err != nil {
-		return err
+		return errors.Join(err, closeProducer())
 	}
 	log.Info("waiting for the frontend", "addr", a.String(), "clock_offset", o.clockOffset)
+	unblock := context.AfterFunc(ctx, func() { l.Close() })
 	conn, err := l.Accept()
+	unblock()
 	l.Close()
 	if err != nil {
-		return err
+		if ctx.Err() != nil { // interrupted before any work
+			log.Info("engine stopped", "interrupted", true)
+			return closeProducer()
+		}
+		return errors.Join(err, closeProducer())
 	}
+	// Interrupted: hang up on the frontend; the loop then aborts what is
+	// left, as when the frontend goes away.
+	context.AfterFunc(ctx, func() { conn.Close() })
 	e := &engine{o: o, p: p, out: bufio.NewWriter(conn), conn: conn, log: log, byID: map[string]*engReq{}}
 	msgs := make(chan toEngine, 1024)
 	go func() {
@@ -92,11 +115,10 @@ func runEngine(o *options) error {
 	}()
 	e.loop(msgs)
 	conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err = p.Close(ctx)
+	err = closeProducer()
 	st := p.Stats()
-	log.Info("engine stopped", "preemptions", e.preemptions, "updates_sent", st.Sent, "dropped", st.Dropped, "lost", st.Lost)
+	log.Info("engine stopped", "preemptions", e.preemptions, "updates_sent", st.Sent, "dropped", st.Dropped, "lost", st.Lost,
+		"interrupted", ctx.Err() != nil)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,8 +12,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -28,9 +31,13 @@ import (
 type feReq struct {
 	id       string
 	tokens   int
-	abortAt  int // the client disconnects after this many tokens (0: never)
-	finished bool
+	abortAt  int  // the client disconnects after this many tokens (0: never)
+	finished bool // guarded by frontend.mu
 }
+
+// errInterrupted says the frontend stopped at a signal (Ctrl-C, SIGTERM),
+// after aborting its open requests and flushing what was recorded.
+var errInterrupted = errors.New("interrupted")
 
 type frontend struct {
 	o    *options
@@ -40,15 +47,23 @@ type frontend struct {
 	mu      sync.Mutex
 	enc     *json.Encoder
 	reqs    map[string]*feReq
-	pending int
+	pending int // requests sent and not ended, plus one while generating
 	allDone chan struct{}
 	// waitEngine, with the collector in this process, waits for the
 	// engine's stream.
-	waitEngine func()
+	waitEngine func(context.Context)
 }
 
 func runFrontend(o *options) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("process", "frontend", "pid", os.Getpid())
+	// Ctrl-C or SIGTERM: stop sending requests, abort the open ones (as a
+	// server going away does), and shut down as at the end of a run: the
+	// engine's last updates read, every span and metric flushed, the
+	// summary printed, the sockets' directory removed. A second signal
+	// ends the process at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
 	if o.engineAddr == "" || o.collectorAddr == "" {
 		dir, err := os.MkdirTemp("", "llmtrace-mp")
 		if err != nil {
@@ -106,34 +121,49 @@ func runFrontend(o *options) error {
 		log.Info("engine started", "pid", child.Process.Pid)
 	}
 
-	conn, err := dialRetry(o.engineAddr, 10*time.Second)
+	conn, err := dialRetry(ctx, o.engineAddr, 10*time.Second)
 	if err != nil {
 		if child != nil {
 			_ = child.Process.Kill()
 			_ = child.Wait()
 		}
+		if ferr := finishCollector(); ctx.Err() != nil {
+			return errors.Join(errInterrupted, ferr)
+		}
 		return err
 	}
 	if f.waitEngine != nil {
-		f.waitEngine()
+		f.waitEngine(ctx)
 	}
+	f.mu.Lock()
 	f.enc = json.NewEncoder(conn)
+	f.mu.Unlock()
 	go f.readEngine(conn)
-	f.generate()
+	f.generate(ctx)
 
 	select {
 	case <-f.allDone:
+	case <-ctx.Done():
+		log.Info("interrupted: aborting the open requests")
+		f.abortAll()
 	case <-time.After(2 * time.Minute):
-		log.Error("requests did not finish in time", "pending", f.pending)
+		f.mu.Lock()
+		pending := f.pending
+		f.mu.Unlock()
+		log.Error("requests did not finish in time", "pending", pending)
 	}
 	// The engine aborts whatever is left and exits when we hang up.
 	conn.Close()
 	if child != nil {
-		if err := child.Wait(); err != nil {
+		if err := child.Wait(); err != nil && ctx.Err() == nil {
 			log.Error("engine exited", "err", err)
 		}
 	}
-	return finishCollector()
+	err = finishCollector()
+	if ctx.Err() != nil {
+		return errors.Join(errInterrupted, err)
+	}
+	return err
 }
 
 // hostCollector runs the tracker and the engine stream's collector in this
@@ -202,9 +232,9 @@ func (f *frontend) hostCollector() (func(otelstats.Update), func() error, error)
 	// Requests go out once the collector has the engine's HELLO: the
 	// engine is then present (SPEC §1), and what the frontend finishes
 	// waits for its updates.
-	f.waitEngine = func() {
+	f.waitEngine = func(ctx context.Context) {
 		deadline := time.Now().Add(10 * time.Second)
-		for col.Stats().Hellos == 0 && time.Now().Before(deadline) {
+		for col.Stats().Hellos == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
@@ -249,7 +279,7 @@ func (f *frontend) hostCollector() (func(otelstats.Update), func() error, error)
 	return sink, finish, nil
 }
 
-func dialRetry(addr string, within time.Duration) (net.Conn, error) {
+func dialRetry(ctx context.Context, addr string, within time.Duration) (net.Conn, error) {
 	a, err := transport.ParseAddr(addr)
 	if err != nil {
 		return nil, err
@@ -260,25 +290,33 @@ func dialRetry(addr string, within time.Duration) (net.Conn, error) {
 		if err == nil {
 			return c, nil
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, fmt.Errorf("engine at %s: %w", addr, err)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// generate sends o.n requests with exponential gaps between arrivals.
-func (f *frontend) generate() {
+// generate sends o.n requests with exponential gaps between arrivals, or
+// fewer when ctx ends first.
+func (f *frontend) generate(ctx context.Context) {
 	o := f.o
 	rng := rand.New(rand.NewPCG(o.seed, 7))
 	f.mu.Lock()
-	f.pending = o.n
+	f.pending++ // the generator's own: allDone waits for the last request sent
 	f.mu.Unlock()
-	if o.n == 0 {
-		close(f.allDone)
-		return
-	}
+	defer func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.pending--
+		if f.pending == 0 {
+			close(f.allDone)
+		}
+	}()
 	for i := range o.n {
+		if ctx.Err() != nil {
+			return
+		}
 		r := &feReq{id: fmt.Sprintf("req-%d-%03d", os.Getpid(), i)}
 		if o.abortEvery > 0 && (i+1)%o.abortEvery == 0 {
 			r.abortAt = 3
@@ -290,25 +328,53 @@ func (f *frontend) generate() {
 			stopAt = 4 + rng.IntN(maxTokens-4)
 		}
 		tokenize := time.Duration(300+rng.IntN(1500)) * time.Microsecond
+		// The arrival, here: once sent, a request is open until it ends,
+		// and an interruption aborts it.
+		f.mu.Lock()
+		f.reqs[r.id] = r
+		f.pending++
+		f.mu.Unlock()
+		f.sink(otelstats.Update{RequestID: r.id, Kind: otelstats.KindArrived, Time: time.Now(), Model: f.o.model, Operation: "chat"})
 		go f.serve(r, prompt, maxTokens, stopAt, tokenize)
-		time.Sleep(time.Duration(rng.ExpFloat64() * float64(o.interval)))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(rng.ExpFloat64() * float64(o.interval))):
+		}
 	}
 }
 
-// serve is one request's arrival, input processing and hand-off.
+// serve is one request's input processing and hand-off.
 func (f *frontend) serve(r *feReq, prompt, maxTokens, stopAt int, tokenize time.Duration) {
-	f.mu.Lock()
-	f.reqs[r.id] = r
-	f.mu.Unlock()
-	f.sink(otelstats.Update{RequestID: r.id, Kind: otelstats.KindArrived, Time: time.Now(), Model: f.o.model, Operation: "chat"})
 	time.Sleep(tokenize) // chat template and tokenizer
 	mt := int64(maxTokens)
 	temp := 0.7
-	f.sink(otelstats.Update{RequestID: r.id, Kind: otelstats.KindInputProcessed, Time: time.Now(), NumPromptTokens: prompt,
-		Sampling: &otelstats.SamplingParams{MaxTokens: &mt, Temperature: &temp}})
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if r.finished { // aborted while it was tokenized
+		return
+	}
+	f.sink(otelstats.Update{RequestID: r.id, Kind: otelstats.KindInputProcessed, Time: time.Now(), NumPromptTokens: prompt,
+		Sampling: &otelstats.SamplingParams{MaxTokens: &mt, Temperature: &temp}})
 	_ = f.enc.Encode(toEngine{Op: "add", ID: r.id, Prompt: prompt, MaxTokens: maxTokens, StopAt: stopAt})
+}
+
+// abortAll ends every open request as a server going away does: the
+// frontend records the abort and tells the engine to stop it.
+func (f *frontend) abortAll() {
+	now := time.Now()
+	var open []*feReq
+	f.mu.Lock()
+	for _, r := range f.reqs {
+		if !r.finished {
+			r.finished = true
+			open = append(open, r)
+			_ = f.enc.Encode(toEngine{Op: "abort", ID: r.id})
+		}
+	}
+	f.mu.Unlock()
+	for _, r := range open {
+		f.end(r, otelstats.FinishAbort, now)
+	}
 }
 
 // readEngine detokenizes what the engine sends back.
@@ -321,8 +387,9 @@ func (f *frontend) readEngine(conn net.Conn) {
 		}
 		f.mu.Lock()
 		r := f.reqs[m.ID]
+		open := r != nil && !r.finished
 		f.mu.Unlock()
-		if r == nil || r.finished {
+		if !open {
 			continue
 		}
 		switch {
@@ -330,24 +397,36 @@ func (f *frontend) readEngine(conn net.Conn) {
 			start := time.Now()
 			detokenize(r, m.Tokens)
 			now := time.Now()
-			f.sink(otelstats.Update{RequestID: r.id, Kind: otelstats.KindDetokenized, Time: now, NumNewTokens: m.Tokens, Busy: now.Sub(start)})
 			r.tokens += m.Tokens
-			if r.abortAt > 0 && r.tokens >= r.abortAt {
+			f.mu.Lock()
+			if r.finished { // aborted meanwhile
+				f.mu.Unlock()
+				continue
+			}
+			f.sink(otelstats.Update{RequestID: r.id, Kind: otelstats.KindDetokenized, Time: now, NumNewTokens: m.Tokens, Busy: now.Sub(start)})
+			hangUp := r.abortAt > 0 && r.tokens >= r.abortAt
+			if hangUp {
 				// The client hangs up: the frontend aborts, and tells the
 				// engine to stop.
 				r.finished = true
-				f.end(r, otelstats.FinishAbort, time.Now())
-				f.mu.Lock()
 				_ = f.enc.Encode(toEngine{Op: "abort", ID: r.id})
-				f.mu.Unlock()
+			}
+			f.mu.Unlock()
+			if hangUp {
+				f.end(r, otelstats.FinishAbort, time.Now())
 			}
 		case m.Finish != "":
-			// Flushing the last chunk to the client takes a moment.
-			go func() {
-				time.Sleep(2 * time.Millisecond)
-				f.end(r, m.Finish, time.Now())
-			}()
+			f.mu.Lock()
+			ends := !r.finished
 			r.finished = true
+			f.mu.Unlock()
+			if ends {
+				// Flushing the last chunk to the client takes a moment.
+				go func() {
+					time.Sleep(2 * time.Millisecond)
+					f.end(r, m.Finish, time.Now())
+				}()
+			}
 		}
 	}
 }

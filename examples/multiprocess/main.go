@@ -26,9 +26,14 @@
 // Finished requests are printed as RequestStats JSON lines (-stats-out),
 // spans optionally as JSON lines (-spans-out), and exported over OTLP when
 // the standard OTEL_* variables are set.
+//
+// Ctrl-C or SIGTERM ends a run early as its end would: the frontend aborts
+// its open requests, flushes what was recorded, prints the summary and
+// exits with status 130; an engine hangs up, aborting what it holds.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -90,6 +95,12 @@ func main() {
 		err = runEngine(&o)
 	default:
 		err = fmt.Errorf("unknown -role %q (frontend or engine)", o.role)
+	}
+	if errors.Is(err, errInterrupted) {
+		// Stopped by Ctrl-C or SIGTERM after flushing what was recorded:
+		// the shell's convention for a signal's exit.
+		fmt.Fprintf(os.Stderr, "multiprocess %s: %v\n", o.role, err)
+		os.Exit(130)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "multiprocess %s: %v\n", o.role, err)

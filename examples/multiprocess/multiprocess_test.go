@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -441,4 +442,104 @@ func TestPythonProducer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInterrupt presses Ctrl-C in the middle of a long run: SIGINT to the
+// process group, as a terminal sends it to the frontend and the engine it
+// spawned. The frontend stops sending, aborts its open requests, reads the
+// engine's last updates and shuts down as at the end of a run: every
+// request it sent finished (none rejected), the stats, spans and summary
+// written, the engine gone, its sockets' temporary directory removed, and
+// the exit status the shell's for an interrupt (130).
+func TestInterrupt(t *testing.T) {
+	build(t)
+	dir := shortDir(t)
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	statsFile, spansFile := filepath.Join(dir, "stats.jsonl"), filepath.Join(dir, "spans.jsonl")
+	p := &proc{name: "frontend", out: &syncBuffer{}, done: make(chan error, 1),
+		cmd: exec.Command(mpBin, "-n", "100000", "-abort-every", "0", "-stats-out", statsFile, "-spans-out", spansFile)}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_METRICS_EXPORTER=none", "TMPDIR="+tmp)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+		}
+		if t.Failed() {
+			t.Logf("--- frontend and engine output:\n%s", p.out.String())
+		}
+	})
+	// Interrupt once requests have finished: the run is well under way.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b, _ := os.ReadFile(statsFile)
+		if bytes.Count(b, []byte("\n")) >= 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 10 requests finished within a minute:\n%s", p.out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-p.done:
+		p.done <- err // for Cleanup
+	case <-time.After(time.Minute):
+		t.Fatalf("the frontend did not exit within a minute of Ctrl-C:\n%s", p.out.String())
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || !ee.Exited() || ee.ExitCode() != 130 {
+		t.Errorf("frontend ended with %v, want exit status 130 after a clean stop", err)
+	}
+	out := p.out.String()
+	for _, want := range []string{"interrupted", "requests: ", `msg="engine stopped"`, "rejected=0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, `msg=rejected`) {
+		t.Errorf("updates were rejected")
+	}
+	stats := readStats(t, statsFile)
+	if len(stats) >= 100000 || len(stats) < 10 {
+		t.Fatalf("%d requests finished", len(stats))
+	}
+	// Every request sent finished: the summary counts what the stats hold.
+	if want := fmt.Sprintf("requests: %d ", len(stats)); !strings.Contains(out, want) {
+		t.Errorf("the summary does not count the %d finished requests", len(stats))
+	}
+	traces := readSpans(t, spansFile)
+	aborted := 0
+	for _, s := range stats {
+		if len(traces[s.TraceID]) == 0 {
+			t.Errorf("%s: no spans written", s.RequestID)
+		}
+		if s.FinishReason == "abort" {
+			aborted++
+		}
+	}
+	if aborted == 0 {
+		t.Errorf("no request was open at the interrupt (none aborted)")
+	}
+	// The engine exited, and nothing is left in the temporary directory.
+	if err := syscall.Kill(-p.cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("a process of the group is still there after the frontend exited (%v)", err)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("left in TMPDIR: %v", left)
+	}
+	t.Logf("interrupted after %d requests, %d of them aborted", len(stats), aborted)
 }
