@@ -112,6 +112,9 @@ func selectSignal(signal, override string) (selection, error) {
 		name = "otlp"
 	}
 	if !strings.EqualFold(name, "otlp") {
+		if err := exactExporterName(key, signal); err != nil {
+			return s, err
+		}
 		s.exporter = name
 		return s, nil
 	}
@@ -145,6 +148,30 @@ func selectSignal(signal, override string) (selection, error) {
 		s.override = s.endpoint
 	}
 	return s, nil
+}
+
+// exactExporterName fails on an exporter name autoexport would not find
+// although it names one of its own: autoexport reads the variable itself
+// and matches names exactly, so Console or " prometheus " would fail as
+// unknown, with a message showing the name it wants. (otlp and none,
+// which Setup handles, are matched in any case, as the specification has
+// enum values.)
+func exactExporterName(key, signal string) error {
+	raw := os.Getenv(key)
+	name := strings.TrimSpace(raw)
+	builtin := []string{"console"}
+	if signal == "metrics" {
+		builtin = append(builtin, "prometheus")
+	}
+	for _, b := range builtin {
+		if raw != b && strings.EqualFold(name, b) {
+			return &ConfigError{Name: key, Value: raw, Reason: "write " + strconv.Quote(b) + ": autoexport matches exporter names exactly (lower case, no spaces)"}
+		}
+	}
+	if raw != name {
+		return &ConfigError{Name: key, Value: raw, Reason: "write " + strconv.Quote(name) + ": autoexport matches exporter names exactly (no spaces)"}
+	}
+	return nil
 }
 
 // checkEndpoints fails on an endpoint variable that is not a URL, such as

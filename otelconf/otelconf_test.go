@@ -684,6 +684,10 @@ func TestSetupErrors(t *testing.T) {
 		{"prometheus port taken", []string{"OTEL_METRICS_EXPORTER", "prometheus", "OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1", "OTEL_EXPORTER_PROMETHEUS_PORT", busy}, busy, false},
 		{"bad traces exporter after a good metrics reader", []string{"OTEL_METRICS_EXPORTER", "prometheus", "OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1",
 			"OTEL_EXPORTER_PROMETHEUS_PORT", "0", "OTEL_TRACES_EXPORTER", "zipkin"}, "OTEL_TRACES_EXPORTER", true},
+		// autoexport matches names exactly: the error says what to write,
+		// not that the name it shows is unknown.
+		{"exporter name in capitals", []string{"OTEL_TRACES_EXPORTER", "Console"}, `OTEL_TRACES_EXPORTER="Console": write "console"`, true},
+		{"exporter name in spaces", []string{"OTEL_METRICS_EXPORTER", " prometheus "}, `OTEL_METRICS_EXPORTER=" prometheus ": write "prometheus"`, true},
 		{"bad sampling", []string{EnvSampling, "ratio=2"}, EnvSampling, true},
 		{"bad detail", []string{EnvDetail, "9"}, EnvDetail, true},
 		{"sampler the Go SDK lacks", []string{"OTEL_TRACES_SAMPLER", "jaeger_remote"}, "OTEL_TRACES_SAMPLER", true},
