@@ -52,7 +52,9 @@ type ProducerConfig struct {
 	ClockOffset time.Duration
 	// Side is the side whose updates this producer sends, announced in its
 	// HELLO so the collector counts the side as present from the moment it
-	// connects (SPEC §1); SideAuto announces none.
+	// connects (SPEC §1); SideAuto announces none. With SideEngine, a
+	// FINISHED sent without a side goes as the engine's (on the wire, a
+	// FINISHED without one is the frontend's).
 	Side otelstats.Side
 	// Token is the collector's shared token (its -token-file), sent in
 	// every HELLO; empty when the collector asks for none.
@@ -242,6 +244,13 @@ func (p *Producer) appendHeader(dst []byte) []byte {
 }
 
 func (p *Producer) appendUpdate(dst []byte, u *otelstats.Update) []byte {
+	if u.Kind == otelstats.KindFinished && u.Side == otelstats.SideAuto && p.cfg.Side == otelstats.SideEngine {
+		// A FINISHED without a side is the frontend's on the wire; an
+		// engine producer's is the engine's.
+		v := *u
+		v.Side = otelstats.SideEngine
+		u = &v
+	}
 	s := p.stamp(u.Time)
 	if !p.cfg.JSON {
 		return AppendUpdate(dst, u, s)

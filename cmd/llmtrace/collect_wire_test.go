@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -370,5 +371,91 @@ func TestCollectCountsHeldRejections(t *testing.T) {
 	cnt := p.term()
 	if cnt["updates"] != 2 || cnt["recorded"] != 0 || cnt["rejected"] != 2 {
 		t.Errorf("final counters %v: want the 2 held updates rejected, none recorded", cnt)
+	}
+}
+
+// newProducer is a transport.Producer to collect's socket, closed at the
+// test's end.
+func (p *collectProc) newProducer(cfg transport.ProducerConfig) *transport.Producer {
+	p.t.Helper()
+	cfg.Addr = "unix:" + p.sock
+	pr, err := transport.NewProducer(cfg)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Cleanup(func() { _ = pr.Close(context.Background()) })
+	return pr
+}
+
+// closeProducer flushes pr and waits until collect has read its stream to
+// the end.
+func (p *collectProc) closeProducer(pr *transport.Producer) {
+	p.t.Helper()
+	ended := strings.Count(p.stderr.String(), `msg="stream ended"`)
+	if err := pr.Close(context.Background()); err != nil {
+		p.t.Fatal(err)
+	}
+	if st := pr.Stats(); st.Sent != st.Queued {
+		p.t.Fatalf("producer %+v: not everything was sent", st)
+	}
+	p.waitStderr(`msg="stream ended"`, ended+1)
+}
+
+// TestCollectEngineProducerFinished: a Producer configured as the engine
+// side (ProducerConfig.Side) sends its FINISHED without naming a side, as
+// the engine's updates of every other kind need none. It is the engine's
+// FINISHED: the request waits for the frontend's, which ends it. It was
+// sent as a FINISHED without a side — the frontend's on the wire — so the
+// frontend's real FINISHED, and its last delivery, were rejected.
+func TestCollectEngineProducerFinished(t *testing.T) {
+	for _, enc := range []string{"binary", "json"} {
+		t.Run(enc, func(t *testing.T) {
+			p := startCollectBinary(t)
+			fe := p.newProducer(transport.ProducerConfig{Name: "fe", Side: otelstats.SideFrontend, JSON: enc == "json"})
+			en := p.newProducer(transport.ProducerConfig{Name: "en", Side: otelstats.SideEngine, JSON: enc == "json"})
+			p.waitStderr(`msg="producer connected"`, 2)
+			t0 := time.Now()
+			ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+			id := "r-" + enc
+			for _, u := range []otelstats.Update{
+				{RequestID: id, Kind: otelstats.KindArrived, Time: ms(0), Model: "m"},
+				{RequestID: id, Kind: otelstats.KindInputProcessed, Time: ms(1), NumPromptTokens: 10},
+			} {
+				fe.Send(u)
+			}
+			for _, u := range []otelstats.Update{
+				{RequestID: id, Kind: otelstats.KindQueued, Time: ms(2)},
+				{RequestID: id, Kind: otelstats.KindPrefilling, Time: ms(5), NumComputedTokens: 10},
+				{RequestID: id, Kind: otelstats.KindDecoding, Time: ms(10)},
+				{RequestID: id, Kind: otelstats.KindDecoding, Time: ms(20)},
+				{RequestID: id, Kind: otelstats.KindFinished, Time: ms(21), FinishReason: "length"},
+			} {
+				en.Send(u)
+			}
+			p.closeProducer(en) // the engine's stream is read first
+			for _, u := range []otelstats.Update{
+				{RequestID: id, Kind: otelstats.KindDetokenized, Time: ms(11), NumNewTokens: 1},
+				{RequestID: id, Kind: otelstats.KindDetokenized, Time: ms(22), NumNewTokens: 1},
+				{RequestID: id, Kind: otelstats.KindFinished, Time: ms(23), FinishReason: "length"},
+			} {
+				fe.Send(u)
+			}
+			p.closeProducer(fe)
+			cnt := p.term()
+			if cnt["rejected"] != 0 || cnt["recorded"] != 10 {
+				t.Errorf("final counters %v: want all 10 updates recorded", cnt)
+			}
+			ss := p.stats()[id]
+			if len(ss) != 1 {
+				t.Fatalf("stats of %s: %v", id, ss)
+			}
+			s := ss[0]
+			if s["finish_reason"] != "length" || s["num_output_tokens"] != float64(2) {
+				t.Errorf("stats %v", s)
+			}
+			near(t, s, "e2e_latency_s", 0.023)
+			near(t, s, "first_token_latency_s", 0.011)
+			near(t, s, "queue_duration_s", 0.003)
+		})
 	}
 }
