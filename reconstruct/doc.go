@@ -11,7 +11,10 @@
 // llm.queue, llm.prefill, one llm.decode segment) with spans.Build, each
 // marked llm.reconstructed=true; Request.Stats derives the durations of
 // SPEC §2 from the same instants, so a span's waterfall and its metrics
-// always agree. SpanProcessor does all of it inside a Go program that
+// always agree. ChildSpanIDs derives the children's span ids from the
+// engine span's trace and span ids, so an engine span delivered twice (an
+// exporter retrying a send that arrived) yields the same children, which a
+// backend keeps once. SpanProcessor does all of it inside a Go program that
 // receives such spans itself; the Collector component in the otelcol module
 // does it for a fleet.
 //

@@ -23,7 +23,9 @@ import (
 // itself goes on with llm.reconstruct.engine (and llm.reconstruct.clamped
 // when values were clamped) added. The children carry the engine span's
 // trace flags and tracestate; a recorded but unsampled engine span gets
-// none. Other spans pass untouched.
+// none. Their span ids are derived from the engine span's trace and span
+// ids (ChildSpanIDs): an engine span handed over twice yields the same
+// children twice, which a backend keeps once. Other spans pass untouched.
 //
 // Use NewSpanProcessor; the zero SpanProcessor is not usable. It is safe
 // for concurrent use, as sdktrace requires; OnEnd never blocks beyond the
@@ -32,7 +34,7 @@ type SpanProcessor struct {
 	next    sdktrace.SpanProcessor
 	engine  *Engine
 	clamped metric.Int64Counter
-	trees   sync.Pool
+	pool    sync.Pool // of *expansion
 }
 
 var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
@@ -41,7 +43,7 @@ var _ sdktrace.SpanProcessor = (*SpanProcessor)(nil)
 func NewSpanProcessor(next sdktrace.SpanProcessor, opts ...Option) *SpanProcessor {
 	c := newConfig(opts)
 	p := &SpanProcessor{next: next, engine: c.engine}
-	p.trees.New = func() any { return new(spans.Tree) }
+	p.pool.New = func() any { return new(expansion) }
 	// The counter is best effort: a meter that fails still yields a
 	// no-op instrument, and recording never fails a span.
 	p.clamped, _ = c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version())).Int64Counter(
@@ -68,15 +70,11 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 		p.next.OnEnd(s)
 		return
 	}
-	t := p.trees.Get().(*spans.Tree)
+	x := p.pool.Get().(*expansion)
+	t := &x.tree
 	t.Reset()
 	r.Tree(t)
 	sc := s.SpanContext()
-	// The tree's parent is the engine span itself: its root (the engine
-	// span, dropped by skipRoot) takes the parent's flags and tracestate,
-	// and so the children carry the engine span's, as a Tracer's children
-	// of it would.
-	t.TraceID, t.SpanID, t.Parent = sc.TraceID(), sc.SpanID(), sc
 	extra := []attribute.KeyValue{attributes.ReconstructEngine.String(e.Name)}
 	if r.Clamped > 0 {
 		extra = append(extra, attributes.ReconstructClamped.Int(r.Clamped))
@@ -84,11 +82,24 @@ func (p *SpanProcessor) OnEnd(s sdktrace.ReadOnlySpan) {
 	}
 	p.next.OnEnd(&annotated{ReadOnlySpan: s, attrs: append(s.Attributes()[:len(s.Attributes()):len(s.Attributes())], extra...)})
 	// A recorded but unsampled span is not exported: its children, which
-	// Export marks sampled, would be orphans.
-	if sc.IsSampled() {
-		t.Export(skipRoot{p.next, sc.SpanID()}, &spans.Source{Resource: s.Resource(), Scope: instrumentation.Scope{Name: ScopeName, Version: Version()}})
+	// ExportChildren marks sampled, would be orphans. The children's
+	// parent is the engine span itself, so they carry its flags and
+	// tracestate, as a Tracer's children of it would; their ids are
+	// derived from its ids (ChildSpanIDs), so a span delivered twice
+	// yields the same children twice.
+	if sc.IsSampled() && len(t.Spans) > 1 {
+		x.ids = ChildSpanIDs(x.ids[:0], sc.TraceID(), sc.SpanID(), t.Spans[1:])
+		spans.ExportChildren(p.next, &spans.Source{Resource: s.Resource(), Scope: instrumentation.Scope{Name: ScopeName, Version: Version()}},
+			sc, t.Spans[1:], x.ids)
 	}
-	p.trees.Put(t)
+	p.pool.Put(x)
+}
+
+// expansion is the reusable memory of one OnEnd: the rebuilt tree and its
+// children's ids.
+type expansion struct {
+	tree spans.Tree
+	ids  []trace.SpanID
 }
 
 // Shutdown shuts the next processor down.
@@ -113,19 +124,3 @@ type annotated struct {
 }
 
 func (a *annotated) Attributes() []attribute.KeyValue { return a.attrs }
-
-// skipRoot forwards a tree's children and drops its root: the root is the
-// engine's own span, already passed on.
-type skipRoot struct {
-	next sdktrace.SpanProcessor
-	root trace.SpanID
-}
-
-func (s skipRoot) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (s skipRoot) OnEnd(sp sdktrace.ReadOnlySpan) {
-	if sp.SpanContext().SpanID() != s.root {
-		s.next.OnEnd(sp)
-	}
-}
-func (s skipRoot) Shutdown(context.Context) error   { return nil }
-func (s skipRoot) ForceFlush(context.Context) error { return nil }

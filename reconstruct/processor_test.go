@@ -165,3 +165,48 @@ func TestSpanProcessorChildrenFollowTheEngineSpan(t *testing.T) {
 		}
 	}
 }
+
+// An engine span delivered twice (an exporter retrying a send that
+// arrived) is expanded into the same children both times: their ids are
+// derived from the engine span's, so a backend keeps one copy of each
+// phase rather than showing every phase twice.
+func TestSpanProcessorRedeliveryGivesSameChildren(t *testing.T) {
+	src := tracetest.NewSpanRecorder()
+	emitVLLM(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(src)), time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC), vllmAttrs()...)
+	engine := src.Ended()[0]
+	sc := engine.SpanContext()
+
+	children := func() map[string]trace.SpanID {
+		rec := tracetest.NewSpanRecorder()
+		reconstruct.NewSpanProcessor(rec).OnEnd(engine) // a fresh processor: another collector replica
+		ids := map[string]trace.SpanID{}
+		for _, s := range rec.Ended() {
+			if !hasKV(s.Attributes(), attributes.Reconstructed.Bool(true)) {
+				continue
+			}
+			id := s.SpanContext().SpanID()
+			if !id.IsValid() || id == sc.SpanID() {
+				t.Errorf("%s has span id %v (engine span %v)", s.Name(), id, sc.SpanID())
+			}
+			if s.Parent().SpanID() != sc.SpanID() || s.SpanContext().TraceID() != sc.TraceID() {
+				t.Errorf("%s is not the engine span's child", s.Name())
+			}
+			ids[s.Name()] = id
+		}
+		return ids
+	}
+	first, second := children(), children()
+	if len(first) != 4 {
+		t.Fatalf("%d children, want 4", len(first))
+	}
+	seen := map[trace.SpanID]string{}
+	for name, id := range first {
+		if second[name] != id {
+			t.Errorf("%s: span id %v on the first delivery, %v on the second", name, id, second[name])
+		}
+		if other, dup := seen[id]; dup {
+			t.Errorf("%s and %s share span id %v", name, other, id)
+		}
+		seen[id] = name
+	}
+}
