@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/otelcol/internal/spanread"
@@ -18,28 +19,36 @@ import (
 // each call takes its own tree from the pool.
 type expander struct {
 	engine *reconstruct.Engine // nil: detect per span
-	trees  sync.Pool
+	pool   sync.Pool           // of *scratch
+}
+
+// scratch is one call's reusable memory: the rebuilt tree and its
+// children's ids.
+type scratch struct {
+	tree spans.Tree
+	ids  []trace.SpanID
 }
 
 func newExpander(e *reconstruct.Engine) *expander {
 	x := &expander{engine: e}
-	x.trees.New = func() any { return new(spans.Tree) }
+	x.pool.New = func() any { return new(scratch) }
 	return x
 }
 
 func (x *expander) processTraces(_ context.Context, td ptrace.Traces) (ptrace.Traces, error) {
-	t := x.trees.Get().(*spans.Tree)
-	defer x.trees.Put(t)
+	sc := x.pool.Get().(*scratch)
+	defer x.pool.Put(sc)
 	rss := td.ResourceSpans()
 	for i := 0; i < rss.Len(); i++ {
-		x.expandResource(rss.At(i), t)
+		x.expandResource(rss.At(i), sc)
 	}
 	return td, nil
 }
 
 // expandResource expands the engine spans of one resource into a scope of
 // rebuilt spans appended to that resource (created on first need).
-func (x *expander) expandResource(rs ptrace.ResourceSpans, t *spans.Tree) {
+func (x *expander) expandResource(rs ptrace.ResourceSpans, sc *scratch) {
+	t := &sc.tree
 	sss := rs.ScopeSpans()
 	var out ptrace.SpanSlice
 	created := false
@@ -71,7 +80,7 @@ func (x *expander) expandResource(rs ptrace.ResourceSpans, t *spans.Tree) {
 				out, created = nss.Spans(), true
 			}
 			if created {
-				appendChildren(out, sp, t)
+				sc.ids = appendChildren(out, sp, t, sc.ids)
 			}
 			sp.Attributes().PutStr(string(attributes.ReconstructEngine), e.Name)
 			if r.Clamped > 0 {
@@ -81,13 +90,17 @@ func (x *expander) expandResource(rs ptrace.ResourceSpans, t *spans.Tree) {
 	}
 }
 
-// appendChildren adds t's children (t.Spans[1:]) under parent.
-func appendChildren(out ptrace.SpanSlice, parent ptrace.Span, t *spans.Tree) {
+// appendChildren adds t's children (t.Spans[1:]) under parent. Their ids
+// are derived from parent's (reconstruct.ChildSpanIDs): a parent delivered
+// twice yields the same children twice, which backends keep once. ids is
+// scratch memory, returned for reuse.
+func appendChildren(out ptrace.SpanSlice, parent ptrace.Span, t *spans.Tree, ids []trace.SpanID) []trace.SpanID {
+	ids = reconstruct.ChildSpanIDs(ids[:0], trace.TraceID(parent.TraceID()), trace.SpanID(parent.SpanID()), t.Spans[1:])
 	for i := 1; i < len(t.Spans); i++ {
 		s := &t.Spans[i]
 		c := out.AppendEmpty()
 		c.SetTraceID(parent.TraceID())
-		c.SetSpanID(pcommon.SpanID(spans.NewSpanID()))
+		c.SetSpanID(pcommon.SpanID(ids[i-1]))
 		c.SetParentSpanID(parent.SpanID())
 		// The engine span's W3C trace flags (bits 0-7: sampled, random);
 		// the parent, the engine span, is local (bit 8 set, bit 9 clear).
@@ -105,6 +118,7 @@ func appendChildren(out ptrace.SpanSlice, parent ptrace.Span, t *spans.Tree) {
 			putAttr(a, kv)
 		}
 	}
+	return ids
 }
 
 func putAttr(m pcommon.Map, kv attribute.KeyValue) {

@@ -236,3 +236,70 @@ func TestProcessorChildrenCarryTraceFlags(t *testing.T) {
 		}
 	}
 }
+
+// childIDs maps the name of each rebuilt child of parent to its span id.
+func childIDs(t *testing.T, td ptrace.Traces, parent pcommon.SpanID) map[string]pcommon.SpanID {
+	t.Helper()
+	ids := map[string]pcommon.SpanID{}
+	for i := 0; i < td.ResourceSpans().Len(); i++ {
+		sss := td.ResourceSpans().At(i).ScopeSpans()
+		for j := 0; j < sss.Len(); j++ {
+			sps := sss.At(j).Spans()
+			for k := 0; k < sps.Len(); k++ {
+				sp := sps.At(k)
+				if v, ok := sp.Attributes().Get(string(attributes.Reconstructed)); !ok || !v.Bool() || sp.ParentSpanID() != parent {
+					continue
+				}
+				if sp.SpanID().IsEmpty() || sp.SpanID() == parent {
+					t.Errorf("%s has span id %v (its parent %v)", sp.Name(), sp.SpanID(), parent)
+				}
+				if _, dup := ids[sp.Name()]; dup {
+					t.Errorf("two %s children", sp.Name())
+				}
+				ids[sp.Name()] = sp.SpanID()
+			}
+		}
+	}
+	return ids
+}
+
+// An engine span delivered twice (an OTLP exporter retrying a send that
+// arrived, a queue re-sending) is expanded into the same children both
+// times, whichever processor instance sees it: their ids are derived from
+// the engine span's trace and span ids, so backends keep one copy of each
+// phase instead of showing every phase twice.
+func TestProcessorRedeliveryGivesSameChildren(t *testing.T) {
+	tid, sid := pcommon.TraceID{7, 7, 7}, pcommon.SpanID{8, 8, 8}
+	delivery := func() ptrace.Traces {
+		td := ptrace.NewTraces()
+		ss := td.ResourceSpans().AppendEmpty().ScopeSpans().AppendEmpty()
+		ss.Scope().SetName("vllm.llm_engine")
+		spantest.VLLM(ss, tid, sid, t0, 0.3, 1.0, 0.05, 0.2, 0.6, 100, 11, "stop")
+		// Another engine span of the same trace gets children of its own.
+		spantest.VLLM(ss, tid, pcommon.SpanID{9, 9, 9}, t0, 0.3, 1.0, 0.05, 0.2, 0.6, 100, 11, "stop")
+		return td
+	}
+	first := run(t, createDefaultConfig().(*Config), delivery())
+	second := run(t, createDefaultConfig().(*Config), delivery())
+	a, b := childIDs(t, first, sid), childIDs(t, second, sid)
+	if len(a) != 4 {
+		t.Fatalf("%d children, want 4", len(a))
+	}
+	for name, id := range a {
+		if b[name] != id {
+			t.Errorf("%s: span id %v on the first delivery, %v on the second", name, id, b[name])
+		}
+	}
+	seen := map[pcommon.SpanID]bool{}
+	kids := first.ResourceSpans().At(0).ScopeSpans().At(1).Spans()
+	if kids.Len() != 8 {
+		t.Fatalf("%d children of two engine spans, want 8", kids.Len())
+	}
+	for i := 0; i < kids.Len(); i++ {
+		id := kids.At(i).SpanID()
+		if seen[id] {
+			t.Errorf("span id %v used twice in one trace", id)
+		}
+		seen[id] = true
+	}
+}
