@@ -166,8 +166,8 @@ func (s *sseReader) dispatch(sink sseSink) {
 }
 
 // pending reports whether an event's data has been read without its blank
-// line.
-func (s *sseReader) pending() bool { return s.hasData || s.hasPend }
+// line, or a last line without its line end.
+func (s *sseReader) pending() bool { return s.hasData || s.hasPend || len(s.line) > 0 }
 
 // flush dispatches an event left without its blank line (a stream's last
 // event, when the writer ended it with a single newline).
