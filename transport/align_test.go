@@ -27,9 +27,12 @@ func TestProducerClocks(t *testing.T) {
 	if got := p.offset(other, true, other.WallNs+7); got != 7 {
 		t.Errorf("another clock: offset %d", got)
 	}
-	// A wall-only HELLO names no clock.
+	// A wall-only HELLO: the producer's wall clock, known by its name.
 	if got := p.offset(Hello{Producer: "e", WallNs: h.WallNs - h.MonoNs}, false, h.WallNs); got != h.MonoNs {
 		t.Errorf("wall-only HELLO: offset %d", got)
+	}
+	if got := p.offset(Hello{Producer: "e", WallNs: h.WallNs + s}, false, h.WallNs+s+1); got != h.MonoNs {
+		t.Errorf("the wall-only producer's next HELLO: offset %d, want the first one's", got)
 	}
 	// Extreme readings neither overflow nor match what they should not.
 	for _, x := range []Hello{{WallNs: math.MaxInt64, MonoNs: 0}, {WallNs: 1, MonoNs: math.MaxInt64}} {
@@ -49,6 +52,9 @@ func TestProducerClocks(t *testing.T) {
 	for i := range 2 * maxClocks {
 		p.offset(Hello{Producer: fmt.Sprint(i), WallNs: h.WallNs, MonoNs: s}, true, h.WallNs)
 	}
+	for i := range maxClocks {
+		p.offset(Hello{Producer: fmt.Sprint("w", i), WallNs: h.WallNs}, false, h.WallNs)
+	}
 	if p.n > maxClocks || p.n != countClocks(&p) {
 		t.Errorf("%d clocks kept (counted %d), bound %d", countClocks(&p), p.n, maxClocks)
 	}
@@ -59,5 +65,5 @@ func countClocks(p *producerClocks) int {
 	for _, l := range p.by {
 		n += len(l)
 	}
-	return n
+	return n + len(p.wall)
 }

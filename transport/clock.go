@@ -72,11 +72,15 @@ func alignOffset(h Hello, recvNs int64) int64 {
 // between its wall and monotonic readings, which is the same in every
 // HELLO of one producer (to a millisecond, for one that reads its two
 // clocks apart); producers that share both share one clock, so one
-// alignment fits them all. It is safe for concurrent use.
+// alignment fits them all. A producer of wall times alone (HELLOs without
+// a monotonic reading) is known by its name: producers on one host, which
+// -align-clocks is for, share one wall clock. It is safe for concurrent
+// use.
 type producerClocks struct {
-	mu sync.Mutex
-	by map[string][]clockAlign // by producer name
-	n  int
+	mu   sync.Mutex
+	by   map[string][]clockAlign // by producer name
+	wall map[string]int64        // wall-only producers' offsets, by name
+	n    int
 }
 
 // clockAlign is one producer clock's alignment.
@@ -99,24 +103,32 @@ const (
 
 // offset returns the alignment of h's producer clock: the one its first
 // HELLO measured, else the one h measures (recvNs is when h arrived),
-// which it keeps for the clock's later HELLOs. A HELLO without a monotonic
-// reading names no clock and is measured alone.
+// which it keeps for the clock's later HELLOs. mono says h carries a
+// monotonic reading.
 func (p *producerClocks) offset(h Hello, mono bool, recvNs int64) int64 {
 	off := alignOffset(h, recvNs)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n >= maxClocks {
+		p.by, p.wall, p.n = nil, nil, 0
+	}
 	if !mono {
+		if known, ok := p.wall[h.Producer]; ok {
+			return known
+		}
+		if p.wall == nil {
+			p.wall = map[string]int64{}
+		}
+		p.wall[h.Producer] = off
+		p.n++
 		return off
 	}
 	skew := h.WallNs - h.MonoNs // both non-negative: no overflow
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	known := p.by[h.Producer]
 	for _, a := range known {
 		if sameClock(a.skew, skew) {
 			return a.offset
 		}
-	}
-	if p.n >= maxClocks {
-		p.by, p.n, known = nil, 0, nil
 	}
 	if p.by == nil {
 		p.by = map[string][]clockAlign{}

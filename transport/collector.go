@@ -98,7 +98,8 @@ type Config struct {
 	// producer that reconnects, or an HTTP producer's next body, keeps the
 	// alignment its first HELLO measured (a producer is known by its
 	// HELLO's name and the difference between its wall and monotonic
-	// readings), so a side's times keep their order.
+	// readings, or by its name alone when its HELLOs carry no monotonic
+	// reading), so a side's times keep their order.
 	// Without it the producer's own anchor is trusted (SPEC §5) and skew is
 	// clamped by the span builder.
 	AlignClocks bool

@@ -31,7 +31,8 @@
 // A producer's later streams — it reconnected, or it posts HTTP bodies —
 // keep that offset: a producer is known by its HELLO's name and the
 // difference between the HELLO's wall and monotonic readings (within a
-// millisecond), so measuring it again, with another HELLO's delivery
+// millisecond; a producer whose HELLOs carry no monotonic reading, by its
+// name alone), so measuring it again, with another HELLO's delivery
 // delay, never moves its later updates against its earlier ones.
 // Any value may arrive, up to int64's range: a time whose mapping leaves
 // 1970–2200 (or would overflow) is rejected as bad_timestamp, never

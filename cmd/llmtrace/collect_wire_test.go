@@ -255,12 +255,13 @@ func monoJSON(u otelstats.Update, monoNs int64) []byte {
 // each HELLO, the alignment moved by the difference of the HELLOs' delivery
 // delays (here the first HELLO took 30 ms, the second none): the
 // producer's later updates moved 26 ms back against its earlier ones, were
-// rejected as time_backwards, and the request lost its end.
+// rejected as time_backwards, and the request lost its end. "http-wall"
+// is an HTTP producer of wall times alone (HELLOs without mono_ts).
 func TestCollectAlignAcrossStreams(t *testing.T) {
-	for _, via := range []string{"unix", "http"} {
+	for _, via := range []string{"unix", "http", "http-wall"} {
 		t.Run(via, func(t *testing.T) {
 			args := []string{"-align-clocks"}
-			if via == "http" {
+			if via != "unix" {
 				args = append(args, "-http", "127.0.0.1:0")
 			}
 			p := startCollectBinary(t, args...)
@@ -300,6 +301,15 @@ func TestCollectAlignAcrossStreams(t *testing.T) {
 				u  otelstats.Update
 				at int
 			}) []byte {
+				if via == "http-wall" { // JSON lines, wall times only
+					b := fmt.Appendf(nil, `{"type":"HELLO","producer":%q,"wall_ts":%d.%09d}`+"\n",
+						h.Producer, h.WallNs/1e9, h.WallNs%1e9)
+					for _, x := range us {
+						x.u.Time = time.Unix(0, t0+ms(x.at)-mono0)
+						b = transport.AppendUpdateJSON(b, &x.u)
+					}
+					return b
+				}
 				if via == "http" { // JSON lines, mono_ts
 					b := fmt.Appendf(nil, `{"type":"HELLO","producer":%q,"wall_ts":%d.%09d,"mono_ts":%d.%09d}`+"\n",
 						h.Producer, h.WallNs/1e9, h.WallNs%1e9, h.MonoNs/1e9, h.MonoNs%1e9)
@@ -324,7 +334,7 @@ func TestCollectAlignAcrossStreams(t *testing.T) {
 				c = p.dialStream(stream(hello(31), second))
 				c.Close()
 				p.waitStderr(`msg="stream ended"`, 2)
-			case "http":
+			default:
 				addr := p.httpAddr()
 				p.post(addr, stream(hello(0), first))
 				p.post(addr, stream(hello(31), second))
