@@ -28,7 +28,9 @@ type Event struct {
 }
 
 // Tree is a request's span tree: Spans[0] is the root, every other span is
-// its direct child, in start-time order of the phases.
+// its direct child: the phases in start-time order (input processing, the
+// waits and the KV transfer, each run's prefill and decode), then the
+// encoder runs, then detokenization.
 type Tree struct {
 	Spans   []Span
 	Clamped int // spans moved or shortened to keep them inside the root
