@@ -28,7 +28,15 @@ type Config struct {
 	ResourceAttributes []string `mapstructure:"resource_attributes"`
 	// Engine as the processor's: auto, or a forced mapping.
 	Engine string `mapstructure:"engine"`
+	// DedupSpans is how many request spans' (trace id, span id) are
+	// remembered, the latest ones, so that a span delivered again (an
+	// exporter retrying a send that arrived, a queue re-sending) is not
+	// counted twice; 24 to 40 bytes each. 0 turns it off.
+	DedupSpans int `mapstructure:"dedup_spans"`
 }
+
+// maxDedupSpans bounds dedup_spans: about 400 MB of memory.
+const maxDedupSpans = 10_000_000
 
 var _ component.Config = (*Config)(nil)
 
@@ -36,7 +44,7 @@ func createDefaultConfig() component.Config {
 	return &Config{
 		FlushInterval: 15 * time.Second, MaxModels: 100, MaxSeries: 10000,
 		ResourceAttributes: []string{"service.name", "service.namespace", "service.instance.id"},
-		Engine:             "auto",
+		Engine:             "auto", DedupSpans: 100_000,
 	}
 }
 
@@ -48,6 +56,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxModels < 0 || c.MaxSeries <= 0 {
 		errs = append(errs, errors.New("max_models must not be negative and max_series must be positive"))
+	}
+	if c.DedupSpans < 0 || c.DedupSpans > maxDedupSpans {
+		errs = append(errs, fmt.Errorf("dedup_spans must be between 0 (off) and %d, not %d", maxDedupSpans, c.DedupSpans))
 	}
 	if _, err := c.engine(); err != nil {
 		errs = append(errs, err)

@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.uber.org/zap"
 
 	"github.com/llmtrace/llmtrace/attributes"
@@ -40,7 +42,11 @@ type metricsConnector struct {
 	reasons   nameSet
 	errTypes  nameSet
 	providers nameSet
-	key       []byte // scratch for map keys
+	key       []byte       // scratch for map keys
+	recent    *recentSpans // nil: dedup_spans 0
+	// duplicates counts request spans dropped as already counted, in the
+	// collector's own telemetry.
+	duplicates metric.Int64Counter
 
 	stop   chan struct{}
 	cancel context.CancelFunc // ends a periodic flush's hand-off
@@ -53,7 +59,25 @@ func newConnector(cfg *Config, e *reconstruct.Engine, next consumer.Metrics, log
 	return &metricsConnector{cfg: cfg, engine: e, next: next, logger: logger,
 		resources: map[string]*resourceState{}, models: newNameSet(cfg.Models), adapters: newNameSet(cfg.Adapters),
 		ops: newLabelSet(seedOperations), reasons: newLabelSet(seedReasons), errTypes: newLabelSet(nil),
-		providers: newLabelSet(seedProviders)}
+		providers: newLabelSet(seedProviders), recent: newRecentSpans(cfg.DedupSpans),
+		duplicates: noop.Int64Counter{}}
+}
+
+// duplicateSpansMetric is the collector telemetry counter of request spans
+// the connector dropped because it had counted them already.
+const duplicateSpansMetric = "otelcol_connector_llmtrace_metrics_duplicate_spans"
+
+// setTelemetry creates the connector's own instruments with mp (the
+// collector's telemetry). An instrument that fails stays a no-op: the
+// connector's work never depends on its telemetry.
+func (c *metricsConnector) setTelemetry(mp metric.MeterProvider) {
+	d, err := mp.Meter(ScopeName).Int64Counter(duplicateSpansMetric, metric.WithUnit("{span}"),
+		metric.WithDescription("Request spans not counted because the same trace and span id was counted recently (a re-delivered span)."))
+	if err != nil {
+		c.logger.Warn("llmtrace_metrics: cannot create the duplicate spans counter", zap.Error(err))
+		return
+	}
+	c.duplicates = d
 }
 
 // Free-form labels (SPEC §4: low-cardinality attributes), bounded as the
@@ -168,6 +192,14 @@ func (c *metricsConnector) ConsumeTraces(_ context.Context, td ptrace.Traces) er
 }
 
 func (c *metricsConnector) consume(td ptrace.Traces, now time.Time) {
+	if dups := c.consumeLocked(td, now); dups > 0 {
+		c.duplicates.Add(context.Background(), dups)
+	}
+}
+
+// consumeLocked records td's request spans under the lock and returns how
+// many it dropped as already counted.
+func (c *metricsConnector) consumeLocked(td ptrace.Traces, now time.Time) (dups int64) {
 	ts := pcommon.NewTimestampFromTime(now)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -194,6 +226,10 @@ func (c *metricsConnector) consume(td ptrace.Traces, now time.Time) {
 				if !ok {
 					continue
 				}
+				if c.recent.seen(sp.TraceID(), sp.SpanID()) {
+					dups++ // delivered again: counted already
+					continue
+				}
 				if state == nil {
 					state = c.resource(rs.Resource())
 				}
@@ -201,6 +237,7 @@ func (c *metricsConnector) consume(td ptrace.Traces, now time.Time) {
 			}
 		}
 	}
+	return dups
 }
 
 // engineFor is the mapping the processor applied (llm.reconstruct.engine),

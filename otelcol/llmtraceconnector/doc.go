@@ -33,6 +33,18 @@
 // resource with that attribute, so churning instances cannot grow the
 // series past the bound.
 //
+// A request span delivered twice (same trace and span id: an OTLP exporter
+// retrying after a timeout although the first send arrived, a collector's
+// queue re-sending) is counted once: the ids of the last dedup_spans
+// request spans counted are remembered (24 to 40 bytes each, fixed when
+// the first span arrives; 0 turns it off, at most 10,000,000), and a span
+// among them is dropped and counted in the collector's own telemetry,
+// otelcol_connector_llmtrace_metrics_duplicate_spans. Size it as request
+// spans per second times how late a re-delivery can come (the sender's
+// timeout plus its retry backoff); behind load_balancing by trace id a
+// re-delivered span reaches the same instance. Spans without ids are
+// never taken for duplicates.
+//
 //	connectors:
 //	  llmtrace_metrics:
 //	    flush_interval: 15s
@@ -42,4 +54,5 @@
 //	    max_series: 10000
 //	    resource_attributes: [service.name, service.namespace, service.instance.id]
 //	    engine: auto
+//	    dedup_spans: 100000       # 0: count every delivery
 package llmtraceconnector

@@ -23,5 +23,7 @@ func createTracesToMetrics(_ context.Context, set connector.Settings, cfg compon
 	if err != nil {
 		return nil, err
 	}
-	return newConnector(c, e, next, set.Logger), nil
+	mc := newConnector(c, e, next, set.Logger)
+	mc.setTelemetry(set.MeterProvider)
+	return mc, nil
 }
