@@ -262,6 +262,11 @@ func (t upstreamTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	c.respAt, c.upStatus, c.upProto = time.Now(), resp.StatusCode, protoVersion(resp.ProtoMajor, resp.ProtoMinor)
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// ReverseProxy tunnels through the body, which must stay the
+		// transport's io.ReadWriteCloser.
+		return resp, nil
+	}
 	c.ub = upstreamBody{ReadCloser: resp.Body, c: c}
 	resp.Body = &c.ub
 	return resp, nil
