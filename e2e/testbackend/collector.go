@@ -124,10 +124,15 @@ func buildCollector(manifest, builderVersion, repoRoot string, localPkgs []strin
 }
 
 // writeManifest writes m with output_path at dir and relative replace
-// targets made absolute (the generated go.mod lives in dir).
+// targets made absolute. ocb copies a replace line into the go.mod it
+// generates in output_path, so a relative target is relative to the
+// manifest's output_path, not to the manifest; moving the output to dir
+// has to keep it pointing at the same place.
 func writeManifest(m map[string]any, manifest, dir string) error {
-	base := filepath.Dir(manifest)
-	m["dist"].(map[string]any)["output_path"] = dir
+	dist := m["dist"].(map[string]any)
+	out, _ := dist["output_path"].(string)
+	base := filepath.Join(filepath.Dir(manifest), out)
+	dist["output_path"] = dir
 	if rs, ok := m["replaces"].([]any); ok {
 		for i, r := range rs {
 			s, _ := r.(string)
@@ -142,14 +147,14 @@ func writeManifest(m map[string]any, manifest, dir string) error {
 			}
 		}
 	}
-	out, err := yaml.Marshal(m)
+	data, err := yaml.Marshal(m)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "manifest.yaml"), out, 0o644)
+	return os.WriteFile(filepath.Join(dir, "manifest.yaml"), data, 0o644)
 }
 
 // cacheKey hashes the builder version, the manifest and the non-test Go
