@@ -59,7 +59,19 @@ func (t *Tracker) tick(now time.Time) int64 {
 // and, when live, not further ahead of the tracker's clock than
 // WithMaxClockAhead allows.
 func (t *Tracker) inBound(ns int64) bool {
-	return validNs(ns) && (!t.live || ns <= t.clock.Load()+t.aheadNs)
+	return validNs(ns) && (!t.live || t.ahead(ns) <= t.aheadNs)
+}
+
+// ahead is how far ns is ahead of the live clock. The clock moves only at
+// each sweep, so it lags the wall by up to the sweep interval; a time
+// past the bound is measured again against the wall before it is refused,
+// or an honest update would be rejected under a WithMaxClockAhead shorter
+// than that interval. Only the refusal path reads the wall.
+func (t *Tracker) ahead(ns int64) int64 {
+	if d := ns - t.clock.Load(); d <= t.aheadNs {
+		return d
+	}
+	return ns - t.tick(time.Now())
 }
 
 // aheadReject is the rejection of an update too far ahead of the live
@@ -68,7 +80,7 @@ func (t *Tracker) aheadReject(u *Update, side Side, ns int64) *RejectError {
 	if !t.live {
 		return nil
 	}
-	if d := ns - t.clock.Load(); d > t.aheadNs {
+	if d := t.ahead(ns); d > t.aheadNs {
 		return reject(u, side, ReasonBadTimestamp, time.Duration(d).Round(time.Millisecond).String()+
 			" ahead of the tracker's clock (more than "+strconv.FormatInt(t.aheadNs/1e6, 10)+" ms: a skewed producer clock?)")
 	}

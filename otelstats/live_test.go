@@ -66,3 +66,17 @@ func TestLiveExpiryOnTrackerClock(t *testing.T) {
 		t.Fatalf("old ended %q, want abandoned after the TTL on the live clock", s.FinishReason)
 	}
 }
+
+// The live clock moves at each sweep, so it lags the wall by up to the
+// sweep interval (an hour here); an update stamped now must not be
+// refused as ahead of it under a bound shorter than that lag.
+func TestLiveAheadBoundShorterThanSweep(t *testing.T) {
+	h, _ := newLiveHarness(t, WithMaxClockAhead(20*time.Millisecond))
+	time.Sleep(60 * time.Millisecond) // the wall moves past the bound; the clock does not
+	now := time.Now()
+	h.must(Update{RequestID: "a", Kind: KindArrived, Time: now, Model: "m"})
+	h.must(Update{RequestID: "a", Kind: KindQueued, Time: now.Add(time.Millisecond)})
+	if err := h.tr.Record(Update{RequestID: "b", Kind: KindArrived, Time: time.Now().Add(time.Minute), Model: "m"}); !errors.Is(err, ReasonBadTimestamp) {
+		t.Fatalf("an ARRIVED a minute ahead: %v, want bad_timestamp", err)
+	}
+}
