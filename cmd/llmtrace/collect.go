@@ -186,6 +186,8 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 		return bad("-stats-log must be ≥ 0")
 	case cfg.clockAhead <= 0 || cfg.grace < 0 || cfg.hold < 0:
 		return bad("-max-clock-ahead must be positive, -grace and -hold ≥ 0")
+	case sameFile(cfg.statsOut, cfg.spansOut):
+		return bad("-stats-out and -spans-out name one file, %s: each writes its own", cfg.statsOut)
 	}
 	for _, l := range listen {
 		if l == "-" || l == "stdin" {

@@ -115,6 +115,8 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 			return nil, fmt.Errorf("-upstream %q: want http://host:port or https://host:port, with an optional base path", *upstream)
 		case c.maxHeaderBytes <= 0 || c.bodyBudget <= 0 || c.eventLimit <= 0:
 			return nil, errors.New("-max-header-bytes, -body-budget and -event-limit must be positive")
+		case sameFile(c.statsOut, c.spansOut):
+			return nil, fmt.Errorf("-stats-out and -spans-out name one file, %s: each writes its own", c.statsOut)
 		}
 		c.upstream = up
 		for _, m := range strings.Split(*models, ",") {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/llmtrace/llmtrace/internal/lineout"
@@ -53,4 +54,21 @@ func (s *statsSink) close(ctx context.Context) error {
 		err = fmt.Errorf("%d lines dropped: the reader did not keep up", n)
 	}
 	return err
+}
+
+// sameFile reports whether -stats-out and -spans-out name one file: each
+// opens, truncates and writes its own, so the two would overwrite each
+// other's lines. "-" (both on stdout, line by line) is allowed.
+func sameFile(a, b string) bool {
+	if a == "" || b == "" || a == "-" || b == "-" {
+		return false
+	}
+	if fa, err := os.Stat(a); err == nil {
+		if fb, err := os.Stat(b); err == nil {
+			return os.SameFile(fa, fb)
+		}
+	}
+	aa, errA := filepath.Abs(a)
+	bb, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && aa == bb
 }
