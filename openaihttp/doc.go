@@ -95,7 +95,12 @@
 //   - The response's id and model go on the root (gen_ai.response.id,
 //     gen_ai.response.model, cut at 256 bytes and counted in
 //     llm.attributes.truncated), with http.response.status_code.
-//   - A compressed response, or another media type, passes unread.
+//   - A JSON response compressed with gzip or deflate (a hosted API
+//     answering a client that accepts them, as the Python SDK does) is
+//     set aside as it goes by (up to WithEventLimit, within the budget)
+//     and read when it ends; the client gets it as it came. A compressed
+//     stream, another coding (br, zstd), a compressed body longer than
+//     that, or another media type passes unread.
 //
 // When a usage came, the request's output tokens equal its
 // completion_tokens (never fewer than the content chunks): while the

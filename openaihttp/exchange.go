@@ -76,6 +76,7 @@ type exchange struct {
 	hasPromised bool
 
 	sse    sseReader
+	zbody  compressed  // a compressed response in one piece, set aside (compressed.go)
 	later  laterWrites // writes of the stream not read yet (later.go)
 	chunk  chunkJSON
 	at     time.Time // the write being read, for the events it completes
@@ -154,7 +155,7 @@ func (ex *exchange) header(code int, h http.Header, at time.Time) {
 		return
 	}
 	ex.status, ex.headerAt = code, at
-	ex.mode = modeOf(h, ex.ri.Stream)
+	ex.mode, ex.zbody.coding = modeOf(h, ex.ri.Stream)
 	if cl := h.Get("Content-Length"); cl == "" {
 		// A stream's: none (ParseInt would allocate its error).
 	} else if n, err := strconv.ParseInt(cl, 10, 64); err == nil && n >= 0 {
@@ -169,11 +170,22 @@ func (ex *exchange) header(code int, h http.Header, at time.Time) {
 	}
 }
 
-func modeOf(h http.Header, stream bool) respMode {
-	if ce := h.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
-		return modeOpaque
+// modeOf decides how to read a response body, and its content coding: a
+// JSON body compressed with gzip or deflate is read at its end (a stream,
+// or another coding, passes unread).
+func modeOf(h http.Header, stream bool) (respMode, uint8) {
+	coding, known := codingOf(h.Get("Content-Encoding"))
+	if !known {
+		return modeOpaque, codingNone
 	}
-	ct := h.Get("Content-Type")
+	mode := mediaMode(h.Get("Content-Type"), stream)
+	if coding != codingNone && mode != modeJSON {
+		return modeOpaque, codingNone
+	}
+	return mode, coding
+}
+
+func mediaMode(ct string, stream bool) respMode {
 	switch ct { // what servers send, without parsing (which allocates)
 	case "text/event-stream", "text/event-stream; charset=utf-8":
 		return modeSSE
@@ -220,6 +232,10 @@ func (ex *exchange) wrote(began, at time.Time, p []byte, err error) {
 	case modeSSE:
 		ex.readSSE(p, at)
 	case modeJSON:
+		if ex.zbody.coding != codingNone {
+			ex.zbody.add(p, ex.cfg.eventLimit, ex.hold)
+			break
+		}
 		ex.body.feed(p)
 	}
 }
@@ -526,6 +542,14 @@ func (ex *exchange) readBodyEnd(o *outcome) {
 			ex.sse.flush(ex) // a last event without its blank line
 		}
 	case modeJSON:
+		if ex.zbody.coding != codingNone {
+			read := ex.zbody.inflate(ex.body)
+			ex.zbody.release(ex.hold)
+			if !read {
+				ex.mode = modeOpaque // too long to set aside, or not in its coding: unread
+				return
+			}
+		}
 		c := &ex.chunk
 		c.reset()
 		decodeResponseFields(ex.body, c)
