@@ -92,3 +92,43 @@ func TestNewLevelHugeBatch(t *testing.T) {
 		t.Errorf("a level of batch %d allocated %d MiB up front", l.c.InFlight, got>>20)
 	}
 }
+
+// TestRunInterruptAbortsInFlight: an interrupt ends the level at once
+// however long its requests are: what is in flight is aborted in one step
+// (engine and frontend), not drained token by token, and its spans are
+// accounted for.
+func TestRunInterruptAbortsInFlight(t *testing.T) {
+	r, _ := newRunner(t, &fakeExporter{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	time.AfterFunc(100*time.Millisecond, cancel)
+	res := runGuarded(t, r, ctx, Config{Rate: 1000, Duration: time.Hour, InFlight: 4, OutputTokens: 1 << 30})
+	if !res.Interrupted || res.Offered == 0 || res.Rejected != 0 {
+		t.Errorf("interrupted %v offered %d rejected %d", res.Interrupted, res.Offered, res.Rejected)
+	}
+	if res.Completed+res.Drained != 0 {
+		t.Errorf("%d requests of 2^30 tokens completed", res.Completed+res.Drained)
+	}
+	if res.Produced == 0 || res.Produced != res.Exported+res.Dropped+res.Pending {
+		t.Errorf("produced %d != exported %d + dropped %d + pending %d", res.Produced, res.Exported, res.Dropped, res.Pending)
+	}
+	if n := r.tr.InFlight(); n != 0 {
+		t.Errorf("%d requests left in flight", n)
+	}
+}
+
+// TestRunInterruptDuringArrivals: an interrupt ends a step that admits
+// more requests than the tracker can hold (a huge rate into a huge batch),
+// instead of admitting all of them first.
+func TestRunInterruptDuringArrivals(t *testing.T) {
+	for _, rate := range []float64{0, 1e20} {
+		r, _ := newRunner(t, &fakeExporter{})
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		res := runGuarded(t, r, ctx, Config{Rate: rate, Duration: time.Hour, InFlight: 1 << 30, OutputTokens: 1})
+		cancel()
+		if !res.Interrupted || res.Offered == 0 || res.Offered < res.Shed {
+			t.Errorf("rate %g: interrupted %v offered %d shed %d", rate, res.Interrupted, res.Offered, res.Shed)
+		}
+	}
+}

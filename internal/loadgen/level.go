@@ -29,7 +29,8 @@ const maxPrealloc = 4096
 const maxOffered = 1 << 62
 
 // Run runs one level: arrivals for c.Duration (or until ctx ends), then
-// the requests in flight drain, then the span processor is flushed (for at
+// the requests in flight drain (or, once ctx has ended, are aborted in one
+// step), then the span processor is flushed (for at
 // most 60 s, or until ctx ends: then Result.Pending says what the flush
 // left). It returns what it measured.
 func (r *Runner) Run(ctx context.Context, c Config) (Result, error) {
@@ -110,7 +111,10 @@ func (l *level) step(ctx context.Context) bool {
 		l.closeWindow(ctx, tA)
 	}
 	idle := len(l.running) == 0 && l.head == len(l.waiting)
-	if !l.inWindow && idle {
+	if !l.inWindow && (idle || ctx.Err() != nil) {
+		if !idle {
+			l.abort(tA)
+		}
 		return false
 	}
 	due := l.due(tA)
@@ -171,14 +175,18 @@ func (l *level) sleepUntilNextArrival(ctx context.Context) {
 
 // arrive admits n requests through the frontend handle while the waiting
 // queue has room, and sheds the rest (counted at once: a rate far beyond
-// the queue costs the loop nothing per shed request).
+// the queue costs the loop nothing per shed request). Once ctx has ended
+// it admits no more.
 func (l *level) arrive(ctx context.Context, t time.Time, n int64) {
 	l.queued = l.queued[:0]
 	n = max(n, 0)
 	admit := min(n, max(int64(l.c.MaxWaiting-(len(l.waiting)-l.head)), 0))
 	l.res.Offered += n - admit
 	l.res.Shed += n - admit
-	for range admit {
+	for i := range admit {
+		if i&1023 == 1023 && ctx.Err() != nil {
+			break // an interrupt ends even a step that admits millions
+		}
 		l.res.Offered++
 		l.r.seq++
 		id := l.prefix + strconv.FormatInt(l.r.seq, 10)
@@ -261,6 +269,29 @@ func (l *level) output(t time.Time) {
 	}
 	clear(l.running[len(kept):])
 	l.running = kept
+}
+
+// abort ends every request in flight at t, as an engine that is stopped
+// does: once ctx has ended, a level is not drained token by token (which
+// takes as many steps as OutputTokens) but ends at once. The engine
+// records FINISHED abort for the batch and the waiting queue in one step,
+// then the frontend its FINISHED abort for each.
+func (l *level) abort(t time.Time) {
+	l.fin = l.fin[:0]
+	for _, q := range l.running {
+		l.fin = append(l.fin, otelstats.Finished{Req: q.q, Reason: otelstats.FinishAbort})
+	}
+	for _, q := range l.waiting[l.head:] {
+		l.fin = append(l.fin, otelstats.Finished{Req: q.q, Reason: otelstats.FinishAbort})
+	}
+	l.count(l.r.tr.Step(&otelstats.Step{Time: t, Finished: l.fin}))
+	for _, f := range l.fin {
+		l.count(f.Req.Finish(t, otelstats.FinishAbort))
+	}
+	clear(l.fin)
+	clear(l.running)
+	clear(l.waiting)
+	l.fin, l.running, l.waiting, l.head = l.fin[:0], l.running[:0], l.waiting[:0], 0
 }
 
 // record keeps a step's latency: the time it spent inside tracker calls.
