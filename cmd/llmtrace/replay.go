@@ -139,8 +139,11 @@ func runReplay(cfg replayConfig, stdin io.Reader, stdout, stderr io.Writer) int 
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_ = tr.Shutdown(sctx)
-	if err := r.out.Flush(); err != nil {
-		return fail(1, "%v", err)
+	// A stdout that fails (a full disk) loses the stats lines, not the
+	// export and the summary: the providers are shut down all the same.
+	writeErr := r.out.Flush()
+	if writeErr != nil {
+		fmt.Fprintf(stderr, "llmtrace replay: %v\n", writeErr)
 	}
 	if err := prov.Shutdown(sctx); err != nil {
 		fmt.Fprintf(stderr, "llmtrace replay: export: %v\n", err)
@@ -160,6 +163,8 @@ func runReplay(cfg replayConfig, stdin io.Reader, stdout, stderr io.Writer) int 
 	switch {
 	case readErr != nil:
 		return fail(exitUnreadable, "reading input: %v", readErr)
+	case writeErr != nil:
+		return 1
 	case r.rejected > 0:
 		return exitRejected
 	}
@@ -177,7 +182,10 @@ func (r *replayRun) read(tr *otelstats.Tracker, in io.Reader) error {
 		}
 		switch {
 		case tooLong:
-			r.reject("line %d: rejected: line longer than %d bytes", lineNo, maxLine)
+			// Counted in llm.rejected_updates as too_long, as a collector
+			// counts its oversized lines.
+			r.reject("line %d: %v", lineNo, tr.Reject(&otelstats.RejectError{
+				Reason: otelstats.ReasonTooLong, Detail: fmt.Sprintf("line longer than %d bytes", maxLine)}))
 		case len(trimSpace(line)) == 0:
 		default:
 			if rerr := transport.RecordLine(tr, line); rerr != nil {
