@@ -57,6 +57,16 @@
 // for HTTPPresence (a minute) after it, so an HTTP producer that posts at
 // least once a minute (a HELLO alone will do) is always present.
 //
+// The side a HELLO names is also the default side of the stream's updates
+// that carry none: a FINISHED without a side on a stream whose HELLO said
+// engine is the engine's (as the Producer with ProducerConfig.Side sends
+// it), not the frontend's. Kinds that belong to one side keep theirs
+// (ARRIVED, INPUT_PROCESSED and DETOKENIZED the frontend's, the
+// scheduler's kinds the engine's), and on a stream whose HELLO names no
+// side, FINISHED without one is the frontend's. A later HELLO naming a
+// side replaces the default; one naming none keeps it. An HTTP body is a
+// stream of its own: its HELLO decides for that body alone.
+//
 // # The token
 //
 // A collector may require a shared token (Config.Token; collect's
@@ -103,7 +113,9 @@
 //	{"type":"HELLO","producer":"engine-0","wall_ts":1700000000.123456789,"mono_ts":8123.000123456,"side":"engine","token":"s3cret"}
 //	{"request_id":"r1","type":"QUEUED","mono_ts":8123.004}
 //
-// side and token are optional. An empty line is a PING.
+// side and token are optional; side is also the default side of the
+// stream's FINISHED lines that give none (see Sides and presence). An
+// empty line is a PING.
 // wall_ts is Unix seconds, mono_ts seconds on the producer's monotonic
 // clock (any origin), both decimal and read exactly to the nanosecond. An
 // update line carries ts (Unix seconds) or mono_ts; when it has both, ts
@@ -144,7 +156,8 @@
 //	fields   optional, until the end of the frame, with the ids and rules
 //	         of an UPDATE's fields:
 //
-//	  0x01 side   1 frontend, 2 engine: the side this producer records for
+//	  0x01 side   1 frontend, 2 engine: the side this producer records for,
+//	              and the side of its FINISHED frames that give none
 //	  0x40 token  the collector's shared token (≤ 256 bytes)
 //
 // UPDATE body:
@@ -153,8 +166,9 @@
 //	                   5 PREEMPTED, 6 DECODING, 7 DETOKENIZED, 8 FINISHED
 //	                   (vLLM's RequestStatsUpdate.Type + 1), 9 REMOTE_KV_WAIT,
 //	                   10 REMOTE_KV_READY, 11 ENCODING, 12 ENCODED
-//	u8       flags     bits 0–1 side: 0 from the kind (FINISHED: frontend),
-//	                   1 frontend, 2 engine; bit 2: time is monotonic
+//	u8       flags     bits 0–1 side: 0 from the kind (FINISHED: the
+//	                   HELLO's side, else frontend), 1 frontend,
+//	                   2 engine; bit 2: time is monotonic
 //	                   (mapped through the HELLO), else Unix wall time;
 //	                   bits 3–7 zero
 //	uvarint  time_ns   the update's time, nanoseconds

@@ -27,7 +27,9 @@ import (
 //
 // Fields: request_id (string, required); type (the kind's name, any case, or
 // vLLM's integer 0–7 for the first eight); ts (Unix seconds, required); side
-// ("frontend" or "engine"; default from the kind, frontend for FINISHED);
+// ("frontend" or "engine"; default from the kind, frontend for FINISHED —
+// on a Collector's stream whose HELLO named a side, FINISHED defaults to
+// that side);
 // model, operation, scope; num_prompt_tokens (required on INPUT_PROCESSED;
 // optional on FINISHED); num_computed_tokens and num_cached_tokens (required
 // on PREFILLING); num_new_tokens (required on DETOKENIZED, default 1 on

@@ -33,6 +33,9 @@ type stream struct {
 	// needAuth: the stream's first frame or line must be a HELLO carrying
 	// the collector's token; authed once it was.
 	needAuth, authed bool
+	// side is the side the stream's latest HELLO naming one named: the
+	// default side of its updates that carry none (helloSide).
+	side otelstats.Side
 	// sides are the sides this stream is a producer of (SPEC §1 presence),
 	// with the tracker's release for each; http says the stream is one
 	// HTTP body, whose presence outlives it (httpPresence).
@@ -221,6 +224,7 @@ func (s *stream) frame(f *Frame) bool {
 // rejects u when st cannot be mapped.
 func (s *stream) stamped(u *otelstats.Update, st Stamp) {
 	s.proven()
+	s.helloSide(u)
 	t, e := s.clock.wall(st)
 	switch e {
 	case clockNoAnchor:
@@ -288,6 +292,20 @@ func updateSide(u *otelstats.Update) otelstats.Side {
 	return otelstats.SideEngine // the scheduler's kinds, KV transfers, encoder runs
 }
 
+// helloSide gives u, when it carries no side and its kind is recorded by
+// either side (FINISHED), the side the stream's HELLO named: a producer that
+// declared itself the engine ends the engine's side of a request, not the
+// frontend's, with a FINISHED that leaves the side out. A kind that belongs
+// to one side keeps it (an engine that records its requests' arrivals
+// itself sends ARRIVED all the same), and without a HELLO naming a side the
+// wire default holds (FINISHED: the frontend's). Each HTTP body is a stream
+// of its own: its HELLO decides for that body alone.
+func (s *stream) helloSide(u *otelstats.Update) {
+	if u.Side == otelstats.SideAuto && u.Kind == otelstats.KindFinished && s.side != otelstats.SideAuto {
+		u.Side = s.side
+	}
+}
+
 // proven protects the stream's connection from eviction: it delivered a
 // HELLO or an update, which needAuth lets through only once the token
 // was presented.
@@ -303,6 +321,9 @@ func (s *stream) proven() {
 func (s *stream) hello(h Hello, mono bool) {
 	s.proven()
 	s.present(h.Side)
+	if h.Side == otelstats.SideFrontend || h.Side == otelstats.SideEngine {
+		s.side = h.Side // a HELLO naming no side keeps the one named before
+	}
 	s.clock.anchor(h)
 	if s.c.cfg.AlignClocks && !s.clock.aligned {
 		s.clock.align(s.c.clocks.offset(h, mono, s.c.cfg.now().UnixNano()))
