@@ -16,7 +16,10 @@ import (
 func init() {
 	commands["load"] = command{
 		summary: "drive the tracker as fast as asked with OTLP export; report requests/s, spans/s, drops and step latency",
-		run:     untilSignal(load),
+		run: untilSignal(func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+			keepServingOnBrokenPipe() // `load … | head -1`: the run still ends with its flush and totals
+			return load(ctx, args, stdin, stdout, stderr)
+		}),
 	}
 }
 

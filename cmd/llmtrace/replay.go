@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,7 +19,10 @@ import (
 func init() {
 	commands["replay"] = command{
 		summary: "replay an update log (FILE or -) into RequestStats JSON, a summary, and OTLP when OTEL_* is set",
-		run:     replay,
+		run: untilSignal(func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+			keepServingOnBrokenPipe() // `replay … | head`: the export and the summary still happen
+			return replay(ctx, args, stdin, stdout, stderr)
+		}),
 	}
 }
 
@@ -38,12 +42,12 @@ type replayConfig struct {
 	quiet       bool
 }
 
-func replay(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func replay(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cfg, code, ok := parseReplay(args, stderr)
 	if !ok {
 		return code
 	}
-	return runReplay(cfg, stdin, stdout, stderr)
+	return runReplay(ctx, cfg, stdin, stdout, stderr)
 }
 
 func parseReplay(args []string, stderr io.Writer) (cfg replayConfig, code int, ok bool) {
@@ -97,7 +101,9 @@ func (r *replayRun) reject(format string, a ...any) {
 	fmt.Fprintf(r.stderr, format+"\n", a...)
 }
 
-func runReplay(cfg replayConfig, stdin io.Reader, stdout, stderr io.Writer) int {
+// runReplay replays the log until its end or until ctx ends (an
+// interrupt): either way what was read is flushed, exported and summed up.
+func runReplay(ctx context.Context, cfg replayConfig, stdin io.Reader, stdout, stderr io.Writer) int {
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "llmtrace replay: "+format+"\n", a...)
 		return code
@@ -114,8 +120,7 @@ func runReplay(cfg replayConfig, stdin io.Reader, stdout, stderr io.Writer) int 
 		}
 		in = f
 	}
-	ctx := context.Background()
-	prov, err := otelconf.Setup(ctx, otelconf.Config{ServiceName: "llmtrace-replay", Aggregator: otelstats.NewAggregator()})
+	prov, err := otelconf.Setup(context.Background(), otelconf.Config{ServiceName: "llmtrace-replay", Aggregator: otelstats.NewAggregator()})
 	if err != nil {
 		return fail(1, "telemetry setup: %v", err)
 	}
@@ -132,11 +137,15 @@ func runReplay(cfg replayConfig, stdin io.Reader, stdout, stderr io.Writer) int 
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	readErr := r.read(tr, in)
+	readErr := r.read(tr, untilDone(ctx, in))
+	if errors.Is(readErr, context.Canceled) {
+		fmt.Fprintln(stderr, "llmtrace replay: interrupted: the log is read no further")
+		readErr = nil
+	}
 	// The log's end ends every wait for a side's FINISHED.
 	tr.Flush()
 	unfinished := tr.InFlight()
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = tr.Shutdown(sctx)
 	// A stdout that fails (a full disk) loses the stats lines, not the
@@ -239,4 +248,60 @@ func trimSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// untilDone reads in on another goroutine, so that an interrupt ends a read
+// that waits on a pipe (`tail -f log | llmtrace replay -`): once ctx ends,
+// Read returns ctx's error. The goroutine leaves with in's next read.
+func untilDone(ctx context.Context, in io.Reader) io.Reader {
+	ch := make(chan readBlock)
+	go func() {
+		for {
+			b := make([]byte, 64<<10)
+			n, err := in.Read(b)
+			select {
+			case ch <- readBlock{b[:n], err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return &chanReader{ctx: ctx, ch: ch}
+}
+
+// readBlock is one Read of the input: its bytes and its error.
+type readBlock struct {
+	b   []byte
+	err error
+}
+
+// chanReader is the reading end of untilDone.
+type chanReader struct {
+	ctx  context.Context
+	ch   <-chan readBlock
+	left []byte
+	err  error
+}
+
+func (r *chanReader) Read(p []byte) (int, error) {
+	for len(r.left) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		if err := r.ctx.Err(); err != nil {
+			return 0, err // an interrupt wins over input already waiting
+		}
+		select {
+		case blk := <-r.ch:
+			r.left, r.err = blk.b, blk.err
+		case <-r.ctx.Done():
+			return 0, r.ctx.Err()
+		}
+	}
+	n := copy(p, r.left)
+	r.left = r.left[n:]
+	return n, nil
 }
