@@ -149,6 +149,54 @@ func (q *Request) SetAttributes(kvs ...attribute.KeyValue) error {
 	return nil
 }
 
+// CachedTokens records n, the prompt tokens the response's usage reports as
+// read from a cache (usage.prompt_tokens_details.cached_tokens of
+// chat/completions, usage.input_tokens_details.cached_tokens of the
+// Responses API), for a frontend that sees the response but maybe not the
+// engine: an HTTP layer, a proxy in front of a remote server. When the
+// engine reported no scheduling of the request (no PREFILLING with its
+// num_cached_tokens, which wins when present), n becomes
+// RequestStats.NumCachedTokens, with CachedFromUsage set, and the root's
+// gen_ai.usage.cache_read.input_tokens; 0 is a count. It is not a
+// prefix-cache query or hit of SPEC §4 (the cache may be another server's)
+// and sets no llm.prefix_cache.hit_ratio. Call it before the frontend's
+// FINISHED; the latest call wins. It does not allocate.
+func (q *Request) CachedTokens(n int) error {
+	t, r := q.t, q.r
+	if r == nil {
+		if t == nil {
+			return errNilRequest
+		}
+		return q.cachedReject(n, false)
+	}
+	if n < 0 || n > MaxTokenCount {
+		return q.cachedReject(n, false)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done.Load() {
+		return q.cachedReject(n, true)
+	}
+	r.feCached = int32(n) + 1
+	return nil
+}
+
+// cachedReject is CachedTokens' rejection, built apart so that the
+// accepted path does not allocate.
+func (q *Request) cachedReject(n int, finished bool) error {
+	t, r := q.t, q.r
+	u := Update{Kind: KindFinished, Side: SideFrontend, NumCachedTokens: n}
+	switch {
+	case r == nil:
+		return t.rejected(reject(&u, SideFrontend, ReasonUnknownRequest, "CachedTokens: the request's arrival was rejected"))
+	case finished:
+		u.RequestID = r.id
+		return t.rejected(reject(&u, SideFrontend, ReasonAfterFinished, "CachedTokens: the request has finished"))
+	}
+	u.RequestID = r.id
+	return t.rejected(checkCount(&u, SideFrontend, n, MaxTokenCount, "num_cached_tokens"))
+}
+
 // errNotArrived is SetAttributes' error on the handle of a rejected
 // arrival.
 var errNotArrived = errors.New("llmtrace: the request's arrival was rejected")
@@ -316,7 +364,7 @@ func (t *Tracker) recordReq(r *reqState, u *Update) error {
 	if rerr != nil {
 		return t.rejected(rerr)
 	}
-	complete, ended, rerr := t.applyTo(r, u, side, ns)
+	complete, ended, rerr := t.applyTo(r, u, side, ns, false)
 	if ended {
 		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 	}

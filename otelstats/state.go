@@ -189,6 +189,9 @@ type reqExtra struct {
 	input, output string
 	attrs         []attribute.KeyValue // Request.SetAttributes
 	onFinish      func(*RequestStats)  // Arrival.OnFinish
+	// finishReasons are the frontend FINISHED's per-choice reasons
+	// (Update.FinishReasons), capped.
+	finishReasons []string
 }
 
 type stepRec struct {
@@ -242,6 +245,9 @@ type reqState struct {
 	detokFirst, detokLast, detokBusy int64
 	detokCount                       int32
 	feOneShot                        int32 // output tokens of a response in one piece (FINISHED's NumOutputTokens)
+	// feCached is 1 + the cached prompt tokens the response's usage
+	// reported (Request.CachedTokens), 0 when it reported none.
+	feCached int32
 
 	// itl aggregates the gaps of the stream that gives token times: the
 	// engine's until the frontend delivers its first token, then the
@@ -253,6 +259,10 @@ type reqState struct {
 	sh *shard
 
 	next *reqState // requests sharing the id; guarded by sh.mu
+	// succ is the request that reused this one's id, scope and model while
+	// this one, finished on the frontend, waits for its engine's updates
+	// (reuse); guarded by sh.mu. lookup picks between the two (claims).
+	succ *reqState
 
 	id, scope, model, operation string
 	traceID                     [16]byte
@@ -313,6 +323,15 @@ func (p pdRole) String() string {
 		return PDRoleDecode
 	}
 	return ""
+}
+
+// sideFinished reports whether side has reported FINISHED for r. Called
+// with r.mu held.
+func (r *reqState) sideFinished(side Side) bool {
+	if side == SideEngine {
+		return r.en.last == KindFinished
+	}
+	return r.fe.last == KindFinished
 }
 
 func (r *reqState) matches(scope, model string) bool {

@@ -296,7 +296,7 @@ func (t *Tracker) decodedByID(s *Step, id string, n int, ns, now, step int64, ba
 	sh := t.shardFor(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	r, res := sh.lookup(id, s.Scope, s.Model)
+	r, res := sh.lookup(id, s.Scope, s.Model, SideEngine, KindDecoding, ns)
 	if res != lookupFound {
 		return 0, false
 	}

@@ -255,28 +255,14 @@ func (t *Tracker) record(u *Update, ns int64) error {
 	}
 	sh := t.shardFor(u.RequestID)
 	sh.mu.Lock()
-	r, res := sh.lookup(u.RequestID, u.Scope, u.Model)
+	r, res := sh.lookup(u.RequestID, u.Scope, u.Model, side, u.Kind, ns)
 	switch res {
 	case lookupNone:
-		if sh.isRecent(u.RequestID, u.Scope, u.Model) {
+		if sh.isRecent(u.RequestID, u.Scope, u.Model) && !sh.behindHeld(u.RequestID, side) {
 			sh.mu.Unlock()
 			return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 		}
-		if t.closed.Load() { // as in arrive: nothing held once Shutdown has flushed
-			sh.mu.Unlock()
-			return t.rejected(reject(u, side, ReasonClosed, "the tracker is shut down"))
-		}
-		if int(t.held.Load()) >= t.cfg.maxHeld {
-			sh.mu.Unlock()
-			return t.rejected(reject(u, side, ReasonOverloaded, "too many updates waiting for their ARRIVED"))
-		}
-		hu := heldUpdate{Update: *u, at: t.now(ns)}
-		hu.Side = side
-		hu.Time = time.Unix(0, ns)
-		sh.held[u.RequestID] = append(sh.held[u.RequestID], hu)
-		t.held.Add(1)
-		sh.mu.Unlock()
-		return nil
+		return t.hold(sh, u, side, ns)
 	case lookupAmbiguous:
 		sh.mu.Unlock()
 		return t.rejected(reject(u, side, ReasonAmbiguousRequest, "several in-flight requests share this id; give scope or model"))
@@ -284,11 +270,14 @@ func (t *Tracker) record(u *Update, ns int64) error {
 		sh.mu.Unlock()
 		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 	}
-	complete, ended, rerr := t.applyTo(r, u, side, ns)
+	complete, ended, rerr := t.applyTo(r, u, side, ns, sh.behindHeld(u.RequestID, side))
 	if ended {
 		// Ended through its handle between lookup and lock.
 		sh.mu.Unlock()
 		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
+	}
+	if rerr == errHold {
+		return t.hold(sh, u, side, ns)
 	}
 	if complete {
 		sh.unlink(r)
@@ -303,14 +292,62 @@ func (t *Tracker) record(u *Update, ns int64) error {
 	return nil
 }
 
+// hold keeps u, whose request has not ARRIVED, for its ARRIVED (applyHeld)
+// or the end of the hold window. Called with sh.mu held; it unlocks it.
+func (t *Tracker) hold(sh *shard, u *Update, side Side, ns int64) error {
+	if t.closed.Load() { // as in arrive: nothing held once Shutdown has flushed
+		sh.mu.Unlock()
+		return t.rejected(reject(u, side, ReasonClosed, "the tracker is shut down"))
+	}
+	if int(t.held.Load()) >= t.cfg.maxHeld {
+		sh.mu.Unlock()
+		return t.rejected(reject(u, side, ReasonOverloaded, "too many updates waiting for their ARRIVED"))
+	}
+	hu := heldUpdate{Update: *u, at: t.now(ns)}
+	hu.Side = side
+	hu.Time = time.Unix(0, ns)
+	sh.held[u.RequestID] = append(sh.held[u.RequestID], hu)
+	t.held.Add(1)
+	sh.mu.Unlock()
+	return nil
+}
+
+// behindHeld reports whether an engine update for id comes behind engine
+// updates of that id held for an ARRIVED to come: an id's engine updates
+// reach us in the engine's order, so it belongs to the same later request
+// as they do, not to one whose engine has reported FINISHED (after which
+// it records nothing more for it). Called with sh.mu held.
+func (sh *shard) behindHeld(id string, side Side) bool {
+	if side != SideEngine || len(sh.held) == 0 {
+		return false
+	}
+	for _, h := range sh.held[id] {
+		if h.Side == SideEngine {
+			return true
+		}
+	}
+	return false
+}
+
+// errHold, from applyTo, says the update is to be held rather than applied
+// (behindHeld).
+var errHold = &RejectError{}
+
 // applyTo applies u to r under r's lock. ended reports that r had already
 // ended (nothing applied); complete that u ended it, and the caller must
 // unlink and finalize it.
-func (t *Tracker) applyTo(r *reqState, u *Update, side Side, ns int64) (complete, ended bool, rerr *RejectError) {
+//
+// With behind set (behindHeld), an engine update for a request whose engine
+// has reported FINISHED is for a later request with its id: applyTo
+// returns errHold and leaves r unchanged.
+func (t *Tracker) applyTo(r *reqState, u *Update, side Side, ns int64, behind bool) (complete, ended bool, rerr *RejectError) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done.Load() {
 		return false, true, nil
+	}
+	if behind && r.en.last == KindFinished {
+		return false, false, errHold
 	}
 	if r.waitOver(t.now(ns)) {
 		// The wait for this side ended before its update came; no sweep
@@ -357,7 +394,7 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext, a *Arriv
 		sh.mu.Unlock()
 		return nil, t.rejected(reject(u, SideFrontend, ReasonClosed, "the tracker is shut down"))
 	}
-	ended, rerr := sh.reuse(u)
+	ended, prev, rerr := sh.reuse(u)
 	if rerr != nil {
 		sh.mu.Unlock()
 		return nil, t.rejected(rerr)
@@ -371,6 +408,9 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext, a *Arriv
 	r := t.newRequest(u, ns, parent, a, sh)
 	r.next = sh.reqs[u.RequestID]
 	sh.reqs[u.RequestID] = r
+	if prev != nil {
+		prev.succ = r
+	}
 	t.inflight.Add(1)
 	complete, errs := t.applyHeld(sh, r, t.now(ns))
 	if complete {
@@ -395,12 +435,24 @@ func (t *Tracker) arrive(u *Update, ns int64, parent trace.SpanContext, a *Arriv
 
 // reuse finds the in-flight request with u's id, scope and model: a second
 // ARRIVED for it is a duplicate, unless it has finished on one side and
-// waits for the other's FINISHED — then the id's reuse by a new request ends
-// that wait, and reuse returns it, unlinked, to be finalized. Called with
+// waits for the other's FINISHED. Then the id has been reused by a new
+// request (the client's own ids), and:
+//
+//   - when it waits for its frontend (the engine finished first), the new
+//     ARRIVED, from the frontend's own stream, says the frontend is done
+//     with it: the reuse ends that wait, and reuse returns it, unlinked, to
+//     be finalized;
+//   - when it waits for its engine (the frontend finished first), the
+//     engine's stream, running behind, still has its updates on their way
+//     (SPEC §1): it keeps waiting beside the new request, and reuse returns
+//     it as prev, whose succ the caller sets to the new request; lookup
+//     then gives each engine update to the one it belongs to (claims).
+//
+// A request already waiting beside its successor is neither. Called with
 // sh.mu held.
-func (sh *shard) reuse(u *Update) (ended *reqState, rerr *RejectError) {
+func (sh *shard) reuse(u *Update) (ended, prev *reqState, rerr *RejectError) {
 	for c := sh.reqs[u.RequestID]; c != nil; c = c.next {
-		if c.scope != u.Scope || c.model != u.Model {
+		if c.scope != u.Scope || c.model != u.Model || c.succ != nil {
 			continue
 		}
 		c.mu.Lock()
@@ -409,20 +461,65 @@ func (sh *shard) reuse(u *Update) (ended *reqState, rerr *RejectError) {
 			// Ending right now through its handle: no longer in flight.
 		case c.waitUntil == 0:
 			rerr = reject(u, SideFrontend, ReasonDuplicateArrival, "a request with this id, scope and model is in flight")
+		case c.fe.last == KindFinished:
+			prev = c
 		default:
 			c.done.Store(true)
 			ended = c
 		}
 		c.mu.Unlock()
-		if rerr != nil {
-			return nil, rerr
-		}
-		if ended != nil {
+		switch {
+		case rerr != nil:
+			return nil, nil, rerr
+		case prev != nil:
+			return nil, prev, nil
+		case ended != nil:
 			sh.unlink(ended)
-			return ended, nil
+			return ended, nil, nil
 		}
 	}
-	return nil, nil
+	return nil, nil, nil
+}
+
+// claims reports whether an update of side and kind at ns, which names r's
+// id, is r's rather than its successor's (r.succ, the request that reused
+// the id while r, finished on the frontend, waits for its engine). Only an
+// engine update r's engine could record next (a valid move, in time order)
+// can be r's, and it is when it is clearly r's: its time is before the
+// successor's ARRIVED (it cannot be a request's that had not arrived yet),
+// or it continues r's engine life while the successor's engine has reported
+// nothing (an engine works through a request's abort before it takes up the
+// retry's). Anything else is the successor's — such as the successor's
+// QUEUED stamped a little before its ARRIVED by a skewed engine clock.
+// Called with sh.mu held; it takes r's and the successor's locks in turn.
+func (r *reqState) claims(side Side, kind Kind, ns int64) bool {
+	if side != SideEngine {
+		return false
+	}
+	r.mu.Lock()
+	last, fits := r.en.last, ns >= r.en.time && engineFollows(r.en.last, kind)
+	r.mu.Unlock()
+	succ := r.succ
+	switch {
+	case !fits:
+		return false
+	case ns < succ.arrived:
+		return true
+	case last == 0:
+		return false
+	}
+	succ.mu.Lock()
+	fresh := succ.en.last == 0
+	succ.mu.Unlock()
+	return fresh
+}
+
+// engineFollows reports whether an engine update of kind may follow prev.
+func engineFollows(prev, kind Kind) bool {
+	if kind == KindEncoding || kind == KindEncoded {
+		return encoderStates&(1<<prev) != 0
+	}
+	return allowed[SideEngine][kind]&(1<<prev) != 0
 }
 
 // newRequest is the state of a request that ARRIVED (u) at ns; a, when
@@ -487,6 +584,10 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *A
 // they came, and reports whether they completed r (then marked done) and
 // which they broke. An update held longer than the hold window is rejected,
 // as the sweep would have: whether a sweep ran in between must not decide.
+// A side records nothing for a request after its FINISHED (SPEC §1), so
+// the side's updates held behind its FINISHED are a later request's with
+// the same id (the client reused it): they stay held for the id's next
+// ARRIVED, or the end of their hold window.
 // Engine updates that came first mark the frontend as behind: its stream
 // runs apart from the engine's, so its later updates are on their way
 // (SPEC §1), and an engine FINISHED among them waits for them. Called with
@@ -501,7 +602,7 @@ func (t *Tracker) applyHeld(sh *shard, r *reqState, now int64) (complete bool, e
 	keep := hs[:0]
 	for i := range hs {
 		h := &hs[i]
-		if complete || !r.matches(h.Scope, h.Model) {
+		if complete || !r.matches(h.Scope, h.Model) || r.sideFinished(h.Side) {
 			keep = append(keep, *h)
 			continue
 		}
@@ -539,10 +640,11 @@ const (
 	lookupDone // only a request that is ending right now matches
 )
 
-// lookup finds the in-flight request id names. Called with sh.mu held.
-func (sh *shard) lookup(id, scope, model string) (*reqState, lookupResult) {
+// lookup finds the in-flight request id names for an update of side and
+// kind at ns. Called with sh.mu held.
+func (sh *shard) lookup(id, scope, model string, side Side, kind Kind, ns int64) (*reqState, lookupResult) {
 	var found *reqState
-	ending := false
+	ending, superseded := false, false
 	for c := sh.reqs[id]; c != nil; c = c.next {
 		if !c.matches(scope, model) {
 			continue
@@ -552,10 +654,19 @@ func (sh *shard) lookup(id, scope, model string) (*reqState, lookupResult) {
 			ending = true
 			continue
 		}
+		if c.succ != nil {
+			superseded = true
+			continue
+		}
 		if found != nil {
 			return nil, lookupAmbiguous
 		}
 		found = c
+	}
+	if superseded {
+		if r, res := sh.lookupSuperseded(id, scope, model, side, kind, ns); res != lookupNone {
+			return r, res
+		}
 	}
 	switch {
 	case found != nil:
@@ -564,6 +675,32 @@ func (sh *shard) lookup(id, scope, model string) (*reqState, lookupResult) {
 		return nil, lookupDone
 	}
 	return nil, lookupNone
+}
+
+// lookupSuperseded is lookup among requests whose id was reused while they
+// waited for their engine (reuse): the oldest that claims the update, or
+// lookupNone when none does (the newest request takes it). Matching
+// requests of different scope or model make it ambiguous. Called with
+// sh.mu held.
+func (sh *shard) lookupSuperseded(id, scope, model string, side Side, kind Kind, ns int64) (*reqState, lookupResult) {
+	var pick, first *reqState
+	for c := sh.reqs[id]; c != nil; c = c.next { // newest first
+		if !c.matches(scope, model) || c.done.Load() {
+			continue
+		}
+		if first == nil {
+			first = c
+		} else if c.scope != first.scope || c.model != first.model {
+			return nil, lookupAmbiguous
+		}
+		if c.succ != nil && c.claims(side, kind, ns) {
+			pick = c
+		}
+	}
+	if pick == nil {
+		return nil, lookupNone
+	}
+	return pick, lookupFound
 }
 
 // end marks r done unless someone else ended it first; it reports whether
