@@ -246,6 +246,10 @@ type observed struct {
 	prompt   int64     // -1 while unknown
 	output   int64     // -1 while unknown
 	cached   int64     // -1 while unknown
+	// byChoice are the finish reasons by choice index, one past what the
+	// tracker keeps (otelstats.MaxChoiceFinishReasons), so that it counts
+	// the cut.
+	byChoice [otelstats.MaxChoiceFinishReasons + 1]string
 	respID   string
 	model    string
 	cutID    bool // respID was cut at maxResponseID
@@ -268,6 +272,9 @@ func (o *observed) observe(c *chunkJSON) {
 		if finished {
 			// The tracker caps finish reasons and counts the cut.
 			o.reason, _ = fr.text(1 << 10)
+			if i, ok := ch.Index.get(); ok && i < len(o.byChoice) {
+				o.byChoice[i] = o.reason
+			}
 		}
 		o.choices.see(ch.Index, finished)
 	}
@@ -302,6 +309,25 @@ func (o *observed) response(r *responseJSON) {
 	case r.Status.is("failed"):
 		o.errType = ErrorResponseFailed
 	}
+}
+
+// choiceReasons are the finish reasons of a response's choices in choice
+// order (choices without one left out), for FINISHED's FinishReasons: nil
+// for a response with one choice.
+func (o *observed) choiceReasons() []string {
+	if o.choices.seen < 2 {
+		return nil
+	}
+	var out []string
+	for _, r := range o.byChoice[:min(o.choices.seen, len(o.byChoice))] {
+		if r != "" {
+			out = append(out, r)
+		}
+	}
+	if len(out) < 2 {
+		return nil
+	}
+	return out
 }
 
 // ids takes the first response id and model seen.

@@ -502,6 +502,16 @@ func (ex *exchange) finish(o outcome, metrics func(otelstats.Update)) otelstats.
 	if ex.prompt >= 0 && !ex.inputRecorded {
 		u.NumPromptTokens = int(ex.prompt)
 	}
+	if c := ex.obs.cached; c >= 0 && ex.status < 400 && (ex.prompt < 0 || c <= ex.prompt) {
+		// The usage's cached prompt tokens: the engine's own count,
+		// when one reports in-process, wins (otelstats).
+		_ = ex.q.CachedTokens(int(c))
+	}
+	if u.FinishReason == ex.obs.reason && u.ErrorType == "" {
+		// n > 1: every choice's reason on the root; the request's is
+		// the one of the choice that finished last.
+		u.FinishReasons = ex.obs.choiceReasons()
+	}
 	if ex.capture {
 		ex.q.RecordContent(ex.input, ex.output.String())
 		if ex.inputCut {

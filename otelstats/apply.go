@@ -223,6 +223,9 @@ func (t *Tracker) finished(r *reqState, u *Update, side Side, now int64) bool {
 		if u.NumOutputTokens > 0 {
 			r.feOneShot = int32(u.NumOutputTokens)
 		}
+		if len(u.FinishReasons) > 0 {
+			r.ext().finishReasons = t.capFinishReasons(u.FinishReasons)
+		}
 	} else {
 		ns := r.en.time
 		r.enFinish, r.enReason = ns, u.FinishReason

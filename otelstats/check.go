@@ -248,6 +248,23 @@ func (t *Tracker) capString(s *string, n int, key attribute.Key) {
 	}
 }
 
+// capFinishReasons copies FINISHED's per-choice finish reasons, at most
+// MaxChoiceFinishReasons of at most MaxNameLength bytes each (as
+// FinishReason): n can be large, and each choice's reason comes from
+// outside.
+func (t *Tracker) capFinishReasons(reasons []string) []string {
+	if len(reasons) > MaxChoiceFinishReasons {
+		reasons = reasons[:MaxChoiceFinishReasons]
+		t.inst.countTruncated(attributes.FinishReasons)
+	}
+	out := make([]string, len(reasons))
+	for i, s := range reasons {
+		t.capString(&s, MaxNameLength, attributes.FinishReasons)
+		out[i] = s
+	}
+	return out
+}
+
 // capStops copies a request's stop sequences, at most MaxStopSequences of
 // at most MaxStopLength bytes each: a 5 MiB stop string must not make the
 // trace too large to export (issue 12.6).

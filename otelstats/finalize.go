@@ -39,7 +39,12 @@ var (
 
 const maxFinishReasons = 64
 
-func finishReasonsAttr(reason string) attribute.KeyValue {
+// finishReasonsAttr is the root's gen_ai.response.finish_reasons: each
+// choice's reason when the request has them, else the request's reason.
+func finishReasonsAttr(reason string, choices []string) attribute.KeyValue {
+	if len(choices) > 0 {
+		return attributes.FinishReasons.StringSlice(choices)
+	}
 	if kv, ok := finishReasons.Load(reason); ok {
 		return kv.(attribute.KeyValue)
 	}
@@ -150,6 +155,13 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 	}
 	if r.cached >= 0 {
 		s.NumCachedTokens = Count{int(r.cached), true}
+	} else if r.feCached > 0 {
+		// The engine's count at the first scheduling wins; without one,
+		// the response's usage says what the server read from a cache.
+		s.NumCachedTokens, s.CachedFromUsage = Count{int(r.feCached - 1), true}, true
+	}
+	if r.extra != nil && r.extra.finishReasons != nil && r.feFinish != 0 && reason == r.feReason {
+		s.FinishReasons = r.extra.finishReasons
 	}
 	first := r.tokens(s)
 	r.latencies(s, end, first)
@@ -379,7 +391,9 @@ func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestSta
 		c.set(sGenTok, int64(s.NumOutputTokens))
 	}
 	var queries, hits int64
-	if s.NumCachedTokens.Valid && s.NumPromptTokens.Valid {
+	if s.NumCachedTokens.Valid && s.NumPromptTokens.Valid && !s.CachedFromUsage {
+		// SPEC §4: the engine's prefix-cache counters; a usage's cached
+		// tokens (another server's cache) are not its queries or hits.
 		queries, hits = int64(s.NumPromptTokens.N), int64(s.NumCachedTokens.N)
 		if !t.schedCache.Load() {
 			c.set(sPCQueries, queries)

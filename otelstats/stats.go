@@ -45,7 +45,12 @@ type RequestStats struct {
 	Operation string
 	// FinishReason is the frontend's when both sides gave one.
 	FinishReason string
-	ErrorType    string
+	// FinishReasons are the reasons of the response's choices, in choice
+	// order, when the frontend reported them (Update.FinishReasons, n > 1)
+	// and the request ended with its FinishReason; nil otherwise. The
+	// root's gen_ai.response.finish_reasons lists them.
+	FinishReasons []string
+	ErrorType     string
 
 	ArrivalTime  time.Time
 	FinishedTime time.Time
@@ -69,8 +74,15 @@ type RequestStats struct {
 	NumOutputTokens int
 	NumPreemptions  int
 	// NumCachedTokens are the prompt tokens served from the prefix cache at
-	// the first scheduling.
+	// the first scheduling; when the engine reported no scheduling, the
+	// cached prompt tokens of the response's usage (Request.CachedTokens),
+	// and CachedFromUsage is set.
 	NumCachedTokens Count
+	// CachedFromUsage says NumCachedTokens is the response usage's count,
+	// not the engine's: it is the root's gen_ai.usage.cache_read.input_tokens
+	// but no prefix-cache query or hit (llm.server.prefix_cache.*, the stats
+	// log's hit rate) and no llm.prefix_cache.hit_ratio.
+	CachedFromUsage bool
 	// NumRecomputeCachedTokens are cache hits during recompute prefills after
 	// preemptions; they are not prefix-cache hits of the request.
 	NumRecomputeCachedTokens int
@@ -131,6 +143,11 @@ func (s *RequestStats) AppendJSON(dst []byte) []byte {
 	dst = appendStr(dst, "model", s.Model, false)
 	dst = appendStr(dst, "operation", s.Operation, false)
 	dst = appendStr(dst, "finish_reason", s.FinishReason, false)
+	if len(s.FinishReasons) > 0 {
+		dst = append(dst, `,"finish_reasons":`...)
+		b, _ := json.Marshal(s.FinishReasons) // strings always marshal
+		dst = append(dst, b...)
+	}
 	if s.ErrorType != "" {
 		dst = appendStr(dst, "error_type", s.ErrorType, false)
 	}
@@ -161,6 +178,9 @@ func (s *RequestStats) AppendJSON(dst []byte) []byte {
 	dst = appendInt(dst, "num_preemptions", s.NumPreemptions)
 	if s.NumCachedTokens.Valid {
 		dst = appendInt(dst, "num_cached_tokens", s.NumCachedTokens.N)
+		if s.CachedFromUsage {
+			dst = appendBool(dst, "cached_from_usage", true)
+		}
 	}
 	dst = appendInt(dst, "num_recompute_cached_tokens", s.NumRecomputeCachedTokens)
 	dst = s.appendServing(dst)

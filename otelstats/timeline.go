@@ -187,7 +187,7 @@ func (t *Tracker) rootAttrs(r *reqState, s *RequestStats, a []attribute.KeyValue
 		attributes.RequestModel.String(r.model),
 		t.cleanAttr(attributes.RequestID, r.id),
 		attributes.UsageOutputTokens.Int(s.NumOutputTokens),
-		finishReasonsAttr(s.FinishReason),
+		finishReasonsAttr(s.FinishReason, s.FinishReasons),
 		attributes.Preemptions.Int(s.NumPreemptions),
 	)
 	if r.scope != "" {
@@ -198,7 +198,7 @@ func (t *Tracker) rootAttrs(r *reqState, s *RequestStats, a []attribute.KeyValue
 	}
 	if s.NumCachedTokens.Valid {
 		a = append(a, attributes.UsageCacheReadInput.Int(s.NumCachedTokens.N))
-		if s.NumPromptTokens.Valid && s.NumPromptTokens.N > 0 {
+		if s.NumPromptTokens.Valid && s.NumPromptTokens.N > 0 && !s.CachedFromUsage {
 			a = append(a, attributes.PrefixCacheHitRatio.Float64(float64(s.NumCachedTokens.N)/float64(s.NumPromptTokens.N)))
 		}
 	}

@@ -184,7 +184,8 @@ func (p *SamplingParams) IsZero() bool {
 //	FINISHED         FinishReason (required), ErrorType (optional),
 //	                 NumPromptTokens (optional, when INPUT_PROCESSED gave none),
 //	                 NumOutputTokens (optional, frontend: a response
-//	                 delivered in one piece, see below)
+//	                 delivered in one piece, see below), FinishReasons
+//	                 (optional, frontend: one per choice, see below)
 type Update struct {
 	RequestID string
 	Kind      Kind
@@ -244,8 +245,18 @@ type Update struct {
 	// Busy is the time the detokenizer spent on this delivery, if known.
 	Busy         time.Duration
 	FinishReason string
-	ErrorType    string
-	Sampling     *SamplingParams
+	// FinishReasons, on the frontend's FINISHED, are the finish reasons
+	// of a response's choices in choice order (n > 1; choices without one
+	// left out), FinishReason being the request's own (the one its
+	// metrics carry in llm.finish_reason). When the request ends with
+	// that FinishReason, the root's gen_ai.response.finish_reasons lists
+	// them instead of FinishReason alone; otherwise (an abort, the
+	// tracker ending it) they are dropped. At most MaxChoiceFinishReasons
+	// are kept, each cut like FinishReason; further ones are dropped and
+	// counted in llm.attributes.truncated. The tracker copies them.
+	FinishReasons []string
+	ErrorType     string
+	Sampling      *SamplingParams
 
 	// Set by Step and Arrive only.
 	step        int64
@@ -272,7 +283,10 @@ const (
 	MaxTokenCount    = 1 << 30
 	// MaxRootAttributes bounds the attributes Request.SetAttributes adds.
 	MaxRootAttributes = 32
-	maxNewTokensStep  = 1 << 20
+	// MaxChoiceFinishReasons bounds FINISHED's FinishReasons: the
+	// entries of gen_ai.response.finish_reasons.
+	MaxChoiceFinishReasons = 16
+	maxNewTokensStep       = 1 << 20
 	// maxBusy bounds one delivery's busy time: an hour of detokenizing is
 	// a broken clock, and the request's sum must not wrap.
 	maxBusy = time.Hour
