@@ -212,7 +212,12 @@ func WithTrustIncomingSamplingFunc(f func(*http.Request) bool) Option {
 
 // WithPublicEndpoint marks every request as coming from the public: an
 // incoming trace context is not joined; the root starts a new trace and
-// links to the caller's span. Trusted requests keep their parent.
+// links to the caller's span. Trusted requests keep their parent. The
+// proxy does not pass on an untrusted caller's X-Forwarded-* either: upstream,
+// X-Forwarded-For starts at the caller's address, and X-Forwarded-Host
+// and -Proto are the proxy's own (without it, the client's address is
+// appended to the incoming X-Forwarded-For and the incoming host and
+// scheme go on, as behind a load balancer).
 func WithPublicEndpoint() Option {
 	return WithPublicEndpointFunc(func(*http.Request) bool { return true })
 }

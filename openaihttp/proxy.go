@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,7 +238,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		u.RawQuery = p.up.RawQuery + "&" + u.RawQuery
 	}
 	pr.Out.Host = ""
-	pr.SetXForwarded()
+	p.setXForwarded(pr)
 	c, _ := pr.In.Context().Value(callKey{}).(*call)
 	if c == nil {
 		return // untraced: the caller's headers go on as they are
@@ -245,6 +246,32 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	delete(pr.Out.Header, "Traceparent")
 	delete(pr.Out.Header, "Tracestate")
 	p.cfg.prop.Inject(trace.ContextWithSpanContext(c.in.ctx, c.upstreamSpan()), headerCarrier(pr.Out.Header))
+}
+
+// setXForwarded sets the X-Forwarded-* headers of the upstream request
+// (Rewrite has removed the incoming ones from it). Behind a load balancer
+// the client's address is appended to the incoming X-Forwarded-For, as
+// httputil.ReverseProxy's Director form does, and the incoming
+// X-Forwarded-Host and -Proto (the host and scheme the client used) go on;
+// this hop's stand in when absent. From a public endpoint's caller
+// (WithPublicEndpoint) nothing incoming is trusted, as with its trace
+// context unless trusted (WithTrustIncomingSamplingFunc): the chain starts
+// at the caller's address, and host and scheme are this hop's.
+func (p *Proxy) setXForwarded(pr *httputil.ProxyRequest) {
+	in, c := pr.In.Header, p.cfg
+	if c.public != nil && c.public(pr.In) && !(c.trust != nil && c.trust(pr.In)) {
+		pr.SetXForwarded()
+		return
+	}
+	if prior := in["X-Forwarded-For"]; len(prior) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = prior // SetXForwarded appends to it
+	}
+	pr.SetXForwarded()
+	for _, k := range [...]string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+		if v := in[k]; len(v) > 0 {
+			pr.Out.Header[k] = slices.Clone(v)
+		}
+	}
 }
 
 // upstreamTransport notes when a traced request goes upstream, when its
