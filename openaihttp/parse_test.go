@@ -25,7 +25,9 @@ func TestParseRequest(t *testing.T) {
 		{`{"model":"m","max_tokens":10,"max_completion_tokens":20}`, requestInfo{Model: "m", Sampling: otelstats.SamplingParams{MaxTokens: ptr[int64](20)}}},
 		{`{"model":"m","max_output_tokens":30}`, requestInfo{Model: "m", Sampling: otelstats.SamplingParams{MaxTokens: ptr[int64](30)}}},
 		// Ill-typed fields cost themselves only.
-		{`{"model":"m","temperature":"hot","max_tokens":1.5,"stream":"yes","stop":[1,2],"n":null}`, requestInfo{Model: "m"}},
+		{`{"model":"m","temperature":"hot","max_tokens":1.5,"stream":"maybe","stop":[1,2],"n":null}`, requestInfo{Model: "m"}},
+		// But "yes" is a bool to vLLM (pydantic's lax mode).
+		{`{"model":"m","stream":"yes"}`, requestInfo{Model: "m", Stream: true}},
 		{`{"model":["m"],"stream":true}`, requestInfo{Stream: true}},
 		// Duplicate keys: the last wins, as in encoding/json; so does case.
 		{`{"model":"a","model":"b"}`, requestInfo{Model: "b"}},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -87,23 +88,18 @@ func requestInfoOf(s *fieldScanner) requestInfo {
 	model, over := s.value(reqModel)
 	jsonString(model, &ri.Model)
 	ri.ModelOver = over
-	switch stream, _ := s.value(reqStream); string(stream) {
-	case "true":
-		ri.Stream = true
-	case "false", "":
-	default:
-		_ = json.Unmarshal(stream, &ri.Stream)
-	}
+	stream, _ := s.value(reqStream)
+	ri.Stream = laxBool(stream)
 	switch raw, _ := s.value(reqStreamOptions); string(raw) {
 	case `{"include_usage":true}`:
 		ri.IncludeUsage = true
 	case `{"include_usage":false}`, "":
 	default:
 		var so struct {
-			IncludeUsage bool `json:"include_usage"`
+			IncludeUsage json.RawMessage `json:"include_usage"`
 		}
 		if json.Unmarshal(raw, &so) == nil {
-			ri.IncludeUsage = so.IncludeUsage
+			ri.IncludeUsage = laxBool(so.IncludeUsage)
 		}
 	}
 	v := func(i int) json.RawMessage { raw, _ := s.value(i); return raw }
@@ -242,6 +238,38 @@ func integer(raw json.RawMessage) *int64 {
 		return nil
 	}
 	return &v
+}
+
+// laxBool reads a boolean as vLLM's request models (pydantic, lax mode)
+// do: true and false, the numbers 0 and 1 (1.0 too), and the strings
+// "1", "true", "t", "yes", "y", "on" and "0", "false", "f", "no", "n",
+// "off" in any case. Anything else — null, which vLLM takes for its
+// default false, or a value it rejects — is false.
+func laxBool(raw []byte) bool {
+	switch string(raw) {
+	case "true":
+		return true
+	case "false", "", "null":
+		return false
+	}
+	if integer, ok := jsonNumber(raw); ok {
+		if integer {
+			return string(raw) == "1"
+		}
+		f, err := strconv.ParseFloat(string(raw), 64)
+		return err == nil && f == 1
+	}
+	var str string
+	if len(raw) > 32 || raw[0] != '"' {
+		return false // no string it takes is that long, even escaped
+	}
+	jsonString(raw, &str)
+	for _, t := range [...]string{"1", "true", "t", "yes", "y", "on"} {
+		if strings.EqualFold(str, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // jsonNumber reports whether raw is exactly one JSON number, and whether
