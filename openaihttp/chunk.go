@@ -3,6 +3,8 @@ package openaihttp
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/llmtrace/llmtrace/internal/textcap"
@@ -126,16 +128,47 @@ type reasonJSON struct {
 }
 
 type usageJSON struct {
-	PromptTokens        *int64       `json:"prompt_tokens"`
-	CompletionTokens    *int64       `json:"completion_tokens"`
-	InputTokens         *int64       `json:"input_tokens"`
-	OutputTokens        *int64       `json:"output_tokens"`
+	PromptTokens        *tokenCount  `json:"prompt_tokens"`
+	CompletionTokens    *tokenCount  `json:"completion_tokens"`
+	InputTokens         *tokenCount  `json:"input_tokens"`
+	OutputTokens        *tokenCount  `json:"output_tokens"`
 	PromptTokensDetails *detailsJSON `json:"prompt_tokens_details"`
 	InputTokensDetails  *detailsJSON `json:"input_tokens_details"`
 }
 
 type detailsJSON struct {
-	CachedTokens *int64 `json:"cached_tokens"`
+	CachedTokens *tokenCount `json:"cached_tokens"`
+}
+
+// tokenCount is a usage's token count: an integer, or a number with an
+// integral value (12.0, 1.2e1: some servers write counts as floats). Any
+// other value — a fraction, a string, a number out of int64 — is -1, a
+// count the layer ignores, rather than a type error that would leave the
+// whole chunk unread. null leaves the pointer nil.
+type tokenCount int64
+
+func (n *tokenCount) UnmarshalJSON(b []byte) error {
+	*n = countOf(b)
+	return nil
+}
+
+// countOf is the tokenCount of a JSON value.
+func countOf(b []byte) tokenCount {
+	integer, ok := jsonNumber(b)
+	switch {
+	case !ok:
+		return -1
+	case integer:
+		if v, ok := parseInt64(b); ok {
+			return tokenCount(v)
+		}
+		return -1
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+		return -1
+	}
+	return tokenCount(f)
 }
 
 // reset readies c for the next event, keeping the choices' storage. It
@@ -348,19 +381,19 @@ func (o *observed) usage(u *usageJSON) {
 	if c == nil {
 		c = u.OutputTokens
 	}
-	sane := func(v *int64) bool { return v != nil && *v >= 0 && *v <= otelstats.MaxTokenCount }
+	sane := func(v *tokenCount) bool { return v != nil && *v >= 0 && *v <= otelstats.MaxTokenCount }
 	if sane(p) {
-		o.prompt = *p
+		o.prompt = int64(*p)
 	}
 	if sane(c) {
-		o.output = *c
+		o.output = int64(*c)
 	}
 	d := u.PromptTokensDetails
 	if d == nil {
 		d = u.InputTokensDetails
 	}
 	if d != nil && sane(d.CachedTokens) {
-		o.cached = *d.CachedTokens
+		o.cached = int64(*d.CachedTokens)
 	}
 }
 

@@ -28,7 +28,7 @@ type chunkStore struct {
 	details  [4]detailsJSON
 	response responseJSON
 	reasons  [2]reasonJSON
-	ints     [12]int64
+	ints     [12]tokenCount
 	nUsage   int8
 	nDetails int8
 	nReasons int8
@@ -484,27 +484,23 @@ func (p *chunkParser) reason(st *chunkStore) *reasonJSON {
 	return r
 }
 
-// int reads a *int64: null, or an integer literal within int64 (a
-// fraction, an exponent or an overflow is encoding/json's type error).
-func (p *chunkParser) int(st *chunkStore) *int64 {
+// int reads a *tokenCount: null, or a number (tokenCount's
+// UnmarshalJSON makes of it what Unmarshal would). Any other value is left
+// to encoding/json.
+func (p *chunkParser) int(st *chunkStore) *tokenCount {
 	c := p.peek()
 	if c == 'n' {
 		p.null()
 		return nil
 	}
 	start := p.i
-	if integer := p.number(); !integer || p.bad || int(st.nInts) == len(st.ints) {
-		p.fail()
-		return nil
-	}
-	v, ok := parseInt64(p.b[start:p.i])
-	if !ok {
+	if _ = p.number(); p.bad || int(st.nInts) == len(st.ints) {
 		p.fail()
 		return nil
 	}
 	dst := &st.ints[st.nInts]
 	st.nInts++
-	*dst = v
+	*dst = countOf(p.b[start:p.i])
 	return dst
 }
 

@@ -35,7 +35,7 @@ var chunkSeeds = []string{
 	`{"choices":null,"usage":{},"response":null,"incomplete_details":{}}`,
 	`{"delta":null,"error":"","type":null,"status":7,"id":{"a":1},"model":["m"]}`,
 	`{}`, `{"":1}`, `{"x":{"y":[1,2,{"z":[true,false,null,-0.5e+3,1E-2]}]}}`,
-	// Numbers a *int64 takes or refuses.
+	// Numbers a count takes or ignores.
 	`{"usage":{"prompt_tokens":-0,"completion_tokens":9223372036854775807}}`,
 	`{"usage":{"prompt_tokens":-9223372036854775808}}`,
 	`{"usage":{"prompt_tokens":9223372036854775808}}`,
@@ -126,7 +126,7 @@ func TestChunkScannerTakesServersChunks(t *testing.T) {
 		valid bool // for encoding/json
 	}{
 		{`{"ID":"upper"}`, true}, {`{"id":"a","id":"b"}`, true}, {`null`, true},
-		{`{"usage":{"prompt_tokens":1.0}}`, false}, {`{"id":"a",}`, false},
+		{`{"usage":{"prompt_tokens":"5"}}`, true}, {`{"id":"a",}`, false},
 	} {
 		var c chunkJSON
 		c.reset()
@@ -136,6 +136,22 @@ func TestChunkScannerTakesServersChunks(t *testing.T) {
 		}
 		if c.decode([]byte(tc.json)) != tc.valid {
 			t.Errorf("%q: decoded %v, want %v", tc.json, !tc.valid, tc.valid)
+		}
+	}
+	// Counts written as integral floats, by the scanner itself.
+	for _, tc := range []struct {
+		json string
+		want tokenCount
+	}{
+		{`{"usage":{"prompt_tokens":12.0}}`, 12}, {`{"usage":{"prompt_tokens":1.2e1}}`, 12},
+		{`{"usage":{"prompt_tokens":12.5}}`, -1}, {`{"usage":{"prompt_tokens":1e300}}`, -1},
+		{`{"usage":{"prompt_tokens":-0.0}}`, 0}, {`{"usage":{"prompt_tokens":9223372036854775808}}`, -1},
+	} {
+		var c chunkJSON
+		c.reset()
+		p := chunkParser{b: []byte(tc.json)}
+		if !p.chunk(&c) || c.Usage == nil || c.Usage.PromptTokens == nil || *c.Usage.PromptTokens != tc.want {
+			t.Errorf("%q: scanned %+v, want prompt_tokens %d", tc.json, c.Usage, tc.want)
 		}
 	}
 	var c chunkJSON

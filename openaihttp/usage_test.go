@@ -123,3 +123,38 @@ func TestChoicesFinishReasons(t *testing.T) {
 		})
 	}
 }
+
+// A usage whose counts are integral floats ("completion_tokens": 12.0, as
+// some servers write them) is read, and the chunk that carries it too; a
+// count that is no integer is ignored, not the chunk.
+func TestUsageFloatCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fs     *fakeServer
+		body   string
+		prompt int
+		out    int
+		reason string
+	}{
+		{"stream", &fakeServer{events: []string{
+			chatChunk(`{"content":"a"}`, ""),
+			`{"id":"chatcmpl-1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"length"}],` +
+				`"usage":{"prompt_tokens":17.0,"completion_tokens":1.2e1,"total_tokens":29.0,"prompt_tokens_details":{"cached_tokens":4.5}}}`,
+			"[DONE]"}}, chatBody, 17, 12, "length"},
+		{"json", &fakeServer{json: `{"id":"chatcmpl-1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"length"}],` +
+			`"usage":{"prompt_tokens":20.0,"completion_tokens":3.0,"total_tokens":23.0}}`}, `{"model":"m","messages":[]}`, 20, 3, "length"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newH(t)
+			srv, c := serve(t, x.handler(tc.fs, x.tr))
+			post(t, c, srv.URL+"/v1/chat/completions", tc.body)
+			s := x.only()
+			if s.FinishReason != tc.reason || s.NumPromptTokens.N != tc.prompt || s.NumOutputTokens != tc.out {
+				t.Errorf("finish %q, %d prompt, %d out; want %q, %d, %d", s.FinishReason, s.NumPromptTokens.N, s.NumOutputTokens, tc.reason, tc.prompt, tc.out)
+			}
+			if s.NumCachedTokens.Valid {
+				t.Errorf("a fractional cached count read as %d", s.NumCachedTokens.N)
+			}
+		})
+	}
+}
