@@ -95,6 +95,24 @@
 //   - The response's id and model go on the root (gen_ai.response.id,
 //     gen_ai.response.model, cut at 256 bytes and counted in
 //     llm.attributes.truncated), with http.response.status_code.
+//   - The usage's cached prompt tokens (prompt_tokens_details.cached_tokens,
+//     the Responses API's input_tokens_details.cached_tokens), streamed or
+//     not, go to otelstats.Request.CachedTokens: the root's
+//     gen_ai.usage.cache_read.input_tokens and RequestStats.NumCachedTokens
+//     (CachedFromUsage) when no engine recording into the same tracker
+//     reported its own count, which wins. They are not prefix-cache hits
+//     (llm.server.prefix_cache.*).
+//   - Token counts written as integral floats (12.0) are read; a count of
+//     another kind (a fraction, a string) is ignored, not its chunk.
+//   - With several choices (n > 1), each choice's finish reason goes on
+//     the root's gen_ai.response.finish_reasons, in choice order (at most
+//     otelstats.MaxChoiceFinishReasons); the request's own finish reason
+//     (RequestStats.FinishReason, llm.finish_reason on the metrics) is the
+//     one of the choice that finished last (of a JSON response, the last
+//     choice with one).
+//   - stream and stream_options.include_usage are read as vLLM reads them
+//     (pydantic's lax booleans): true, 1, 1.0, and "true", "1", "yes",
+//     "on", "t", "y" in any case are true; anything else is false.
 //   - A JSON response compressed with gzip or deflate (a hosted API
 //     answering a client that accepts them, as the Python SDK does) is
 //     set aside as it goes by (up to WithEventLimit, within the budget)
@@ -173,6 +191,14 @@
 //     caller's trace is not joined; the root starts a new trace and links
 //     to the caller's span (Arrival.Link), so a caller cannot even choose
 //     the trace our spans land in.
+//
+// The proxy's X-Forwarded-* headers follow the same trust: it appends the
+// client's address to an incoming X-Forwarded-For and passes on the
+// incoming X-Forwarded-Host and -Proto (setting them when absent), as
+// httputil.ReverseProxy's Director form does, so that behind a load
+// balancer the upstream still sees the original client; from a public,
+// untrusted caller it passes none of them on: X-Forwarded-For is the
+// caller's address alone, host and scheme the proxy's own.
 //
 // The middleware's handler gets a context carrying the root span context
 // (spans it starts are children of the root) and the otelstats.Request
