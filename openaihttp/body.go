@@ -67,13 +67,10 @@ func (c *config) readAhead(body io.ReadCloser, s *fieldScanner, h *hold) (*peeke
 			if len(buf) >= c.peekLimit {
 				limit = c.maxBody
 			}
-			grown := min(max(2*cap(buf), 4096), limit)
-			if !h.take(grown - cap(buf)) {
+			var ok bool
+			if buf, ok = h.grow(buf, 1, 4096, limit); !ok {
 				break
 			}
-			nb := make([]byte, len(buf), grown)
-			copy(nb, buf)
-			buf = nb
 		}
 		n, err := body.Read(buf[len(buf):cap(buf)])
 		s.feed(buf[len(buf) : len(buf)+n])

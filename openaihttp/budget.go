@@ -37,6 +37,26 @@ type hold struct {
 // when that would pass the budget or the request has ended.
 func (h *hold) take(n int) bool { return h.reserve(n, true) }
 
+// grow returns b with room for n more bytes, charged to h: its capacity
+// doubles, to at least floor and at most limit (0: no limit), so a body
+// read in small pieces costs a logarithmic number of copies. It returns b
+// and false when the room would pass limit or the budget refuses it.
+func (h *hold) grow(b []byte, n, floor, limit int) ([]byte, bool) {
+	if len(b)+n <= cap(b) {
+		return b, true
+	}
+	c := max(2*cap(b), len(b)+n, floor)
+	if limit > 0 {
+		c = min(c, limit)
+	}
+	if c < len(b)+n || !h.take(c-cap(b)) {
+		return b, false
+	}
+	nb := make([]byte, len(b), c)
+	copy(nb, b)
+	return nb, true
+}
+
 // tryTake is take for bytes that only save work, from the budget's first
 // half (the rest stays for what would be given up without it): a refusal
 // gives nothing up, and is not counted.

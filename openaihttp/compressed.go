@@ -52,15 +52,10 @@ func (z *compressed) add(p []byte, limit int, h *hold) {
 		z.drop(h)
 		return
 	}
-	if len(z.buf)+len(p) > cap(z.buf) {
-		grown := min(max(2*cap(z.buf), len(z.buf)+len(p), 4096), limit)
-		if !h.take(grown - cap(z.buf)) {
-			z.drop(h)
-			return
-		}
-		nb := make([]byte, len(z.buf), grown)
-		copy(nb, z.buf)
-		z.buf = nb
+	var ok bool
+	if z.buf, ok = h.grow(z.buf, len(p), 4096, limit); !ok {
+		z.drop(h)
+		return
 	}
 	z.buf = append(z.buf, p...)
 }

@@ -426,15 +426,10 @@ func (s *fieldScanner) capture(b []byte) {
 		}
 		b = b[:s.set.caps[i]-(v.end-v.start)]
 	}
-	if len(s.buf)+len(b) > cap(s.buf) {
-		grown := max(2*cap(s.buf), len(s.buf)+len(b), 64)
-		if !s.hold.take(grown - cap(s.buf)) {
-			s.drop(i)
-			return
-		}
-		n := make([]byte, len(s.buf), grown)
-		copy(n, s.buf)
-		s.buf = n
+	var ok bool
+	if s.buf, ok = s.hold.grow(s.buf, len(b), 64, 0); !ok {
+		s.drop(i)
+		return
 	}
 	s.buf = append(s.buf, b...)
 	v.end, v.over = len(s.buf), over

@@ -93,17 +93,9 @@ func (s *sseReader) appendLine(b []byte) {
 
 // grow makes room for n more bytes in *b, charged to the hold.
 func (s *sseReader) grow(b *[]byte, n int) bool {
-	if len(*b)+n <= cap(*b) {
-		return true
-	}
-	c := min(max(2*cap(*b), len(*b)+n, 256), s.limit+1)
-	if !s.hold.take(c - cap(*b)) {
-		return false
-	}
-	nb := make([]byte, len(*b), c)
-	copy(nb, *b)
-	*b = nb
-	return true
+	var ok bool
+	*b, ok = s.hold.grow(*b, n, 256, s.limit+1)
+	return ok
 }
 
 // endLine handles one complete line; inPlace says it lies in the caller's

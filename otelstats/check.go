@@ -253,16 +253,7 @@ func (t *Tracker) capString(s *string, n int, key attribute.Key) {
 // FinishReason): n can be large, and each choice's reason comes from
 // outside.
 func (t *Tracker) capFinishReasons(reasons []string) []string {
-	if len(reasons) > MaxChoiceFinishReasons {
-		reasons = reasons[:MaxChoiceFinishReasons]
-		t.inst.countTruncated(attributes.FinishReasons)
-	}
-	out := make([]string, len(reasons))
-	for i, s := range reasons {
-		t.capString(&s, MaxNameLength, attributes.FinishReasons)
-		out[i] = s
-	}
-	return out
+	return t.capList(reasons, MaxChoiceFinishReasons, MaxNameLength, attributes.FinishReasons)
 }
 
 // capStops copies a request's stop sequences, at most MaxStopSequences of
@@ -272,13 +263,19 @@ func (t *Tracker) capStops(stops []string) []string {
 	if len(stops) == 0 {
 		return nil
 	}
-	if len(stops) > MaxStopSequences {
-		stops = stops[:MaxStopSequences]
-		t.inst.countTruncated(attributes.RequestStopSequences)
+	return t.capList(stops, MaxStopSequences, MaxStopLength, attributes.RequestStopSequences)
+}
+
+// capList copies a client's list of strings, at most n of at most size
+// bytes each, counting what it cuts under key.
+func (t *Tracker) capList(list []string, n, size int, key attribute.Key) []string {
+	if len(list) > n {
+		list = list[:n]
+		t.inst.countTruncated(key)
 	}
-	out := make([]string, len(stops))
-	for i, s := range stops {
-		t.capString(&s, MaxStopLength, attributes.RequestStopSequences)
+	out := make([]string, len(list))
+	for i, s := range list {
+		t.capString(&s, size, key)
 		out[i] = s
 	}
 	return out

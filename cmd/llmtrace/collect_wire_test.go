@@ -339,15 +339,7 @@ func TestCollectAlignAcrossStreams(t *testing.T) {
 				p.post(addr, stream(hello(0), first))
 				p.post(addr, stream(hello(31), second))
 			}
-			cnt := p.term()
-			if cnt["rejected"] != 0 || cnt["recorded"] != 10 {
-				t.Errorf("final counters %v: want all 10 updates recorded", cnt)
-			}
-			ss := p.stats()[id]
-			if len(ss) != 1 {
-				t.Fatalf("stats of %s: %v", id, ss)
-			}
-			s := ss[0]
+			s := p.termOne(t, id, 10)
 			if s["finish_reason"] != "stop" || s["num_output_tokens"] != float64(2) {
 				t.Errorf("stats %v", s)
 			}
@@ -382,6 +374,21 @@ func TestCollectCountsHeldRejections(t *testing.T) {
 	if cnt["updates"] != 2 || cnt["recorded"] != 0 || cnt["rejected"] != 2 {
 		t.Errorf("final counters %v: want the 2 held updates rejected, none recorded", cnt)
 	}
+}
+
+// termOne stops collect, checks that all of its want updates were
+// recorded, and returns the one request id's stats.
+func (p *collectProc) termOne(t *testing.T, id string, want int64) map[string]any {
+	t.Helper()
+	cnt := p.term()
+	if cnt["rejected"] != 0 || cnt["recorded"] != want {
+		t.Errorf("final counters %v: want all %d updates recorded", cnt, want)
+	}
+	ss := p.stats()[id]
+	if len(ss) != 1 {
+		t.Fatalf("stats of %s: %v", id, ss)
+	}
+	return ss[0]
 }
 
 // newProducer is a transport.Producer to collect's socket, closed at the
@@ -451,15 +458,7 @@ func TestCollectEngineProducerFinished(t *testing.T) {
 				fe.Send(u)
 			}
 			p.closeProducer(fe)
-			cnt := p.term()
-			if cnt["rejected"] != 0 || cnt["recorded"] != 10 {
-				t.Errorf("final counters %v: want all 10 updates recorded", cnt)
-			}
-			ss := p.stats()[id]
-			if len(ss) != 1 {
-				t.Fatalf("stats of %s: %v", id, ss)
-			}
-			s := ss[0]
+			s := p.termOne(t, id, 10)
 			if s["finish_reason"] != "length" || s["num_output_tokens"] != float64(2) {
 				t.Errorf("stats %v", s)
 			}
