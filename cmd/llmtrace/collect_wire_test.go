@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmtrace/llmtrace/internal/spanlog"
 	"github.com/llmtrace/llmtrace/otelstats"
 	"github.com/llmtrace/llmtrace/transport"
 )
@@ -184,21 +183,6 @@ func (p *collectProc) stats() map[string][]map[string]any {
 	return out
 }
 
-// spans reads -spans-out.
-func (p *collectProc) spans() []spanlog.Span {
-	p.t.Helper()
-	f, err := os.Open(filepath.Join(p.dir, "spans.jsonl"))
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	defer f.Close()
-	sp, err := spanlog.Read(f)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return sp
-}
-
 // dialStream opens a stream connection to collect's socket and writes b.
 func (p *collectProc) dialStream(b []byte) net.Conn {
 	p.t.Helper()
@@ -274,10 +258,11 @@ func TestCollectAlignAcrossStreams(t *testing.T) {
 				return transport.Hello{Producer: "engine-7", WallNs: t0 + ms(at) - mono0, MonoNs: ms(at)}
 			}
 			id := "r-" + via
-			first := []struct {
+			type timed struct {
 				u  otelstats.Update
-				at int
-			}{
+				at int // ms after the first HELLO
+			}
+			first := []timed{
 				{otelstats.Update{RequestID: id, Kind: otelstats.KindArrived, Model: "m"}, 0},
 				{otelstats.Update{RequestID: id, Kind: otelstats.KindInputProcessed, NumPromptTokens: 10}, 1},
 				{otelstats.Update{RequestID: id, Kind: otelstats.KindQueued}, 2},
@@ -285,22 +270,13 @@ func TestCollectAlignAcrossStreams(t *testing.T) {
 				{otelstats.Update{RequestID: id, Kind: otelstats.KindDecoding}, 10},
 				{otelstats.Update{RequestID: id, Kind: otelstats.KindDetokenized, NumNewTokens: 1}, 11},
 			}
-			second := first[:0:0]
-			for _, x := range []struct {
-				u  otelstats.Update
-				at int
-			}{
+			second := []timed{
 				{otelstats.Update{RequestID: id, Kind: otelstats.KindDecoding}, 32},
 				{otelstats.Update{RequestID: id, Kind: otelstats.KindDetokenized, NumNewTokens: 1}, 33},
 				{otelstats.Update{RequestID: id, Kind: otelstats.KindFinished, Side: otelstats.SideEngine, FinishReason: "stop"}, 34},
 				{otelstats.Update{RequestID: id, Kind: otelstats.KindFinished, Side: otelstats.SideFrontend, FinishReason: "stop"}, 35},
-			} {
-				second = append(second, x)
 			}
-			stream := func(h transport.Hello, us []struct {
-				u  otelstats.Update
-				at int
-			}) []byte {
+			stream := func(h transport.Hello, us []timed) []byte {
 				if via == "http-wall" { // JSON lines, wall times only
 					b := fmt.Appendf(nil, `{"type":"HELLO","producer":%q,"wall_ts":%d.%09d}`+"\n",
 						h.Producer, h.WallNs/1e9, h.WallNs%1e9)
