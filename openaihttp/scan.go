@@ -38,6 +38,7 @@ type fieldScanner struct {
 	// however long (a response's choices: choiceScan).
 	tap     *choiceScan
 	tapKey  int
+	one     [1]byte // a value's first byte, captured without a heap slice
 	done    bool
 	bad     bool
 	stopped bool // released: reads nothing more
@@ -287,7 +288,8 @@ func (s *fieldScanner) beginValue(c byte) {
 		s.bad = true
 		return
 	}
-	s.capture([]byte{c})
+	s.one[0] = c
+	s.capture(s.one[:])
 }
 
 // inValue reads a value's bytes up to its end, capturing them when wanted,
