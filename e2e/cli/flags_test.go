@@ -199,11 +199,18 @@ var cases = map[string][]flagCase{
 		},
 		{
 			name: "-token-file, -allow-remote, -max-conns, -idle-timeout", ready: "msg=listening addr=tcp:",
-			args: []string{"-listen", "tcp:0.0.0.0:{port}", "-allow-remote", "-token-file", "{token}", "-max-conns", "1", "-idle-timeout", "200ms", "-stats-log", "0"},
+			// Port 0, read back from the log: freeport checks only
+			// 127.0.0.1, and a wildcard bind can collide where it cannot
+			// (this failed in CI, collect exiting before it listened).
+			args: []string{"-listen", "tcp:0.0.0.0:0", "-allow-remote", "-token-file", "{token}", "-max-conns", "1", "-idle-timeout", "200ms", "-stats-log", "0"},
 			interact: func(t *testing.T, v vars, p *proc) {
+				_, port, err := net.SplitHostPort(strings.TrimPrefix(logValue(p.stderr.String(), "listening", "addr"), "tcp:"))
+				if err != nil {
+					t.Fatalf("collect's listening address: %v", err)
+				}
 				// A stranger is cut off; the one slot frees; the idle
 				// connection times out.
-				c, err := net.Dial("tcp", "127.0.0.1:"+v["port"])
+				c, err := net.Dial("tcp", "127.0.0.1:"+port)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -212,7 +219,10 @@ var cases = map[string][]flagCase{
 				io.Copy(io.Discard, c)
 				c.Close()
 				p.waitStderr("unauthorized=1") // its slot is free once its end is logged
-				idle, _ := net.Dial("tcp", "127.0.0.1:"+v["port"])
+				idle, err := net.Dial("tcp", "127.0.0.1:"+port)
+				if err != nil {
+					t.Fatal(err)
+				}
 				idle.SetReadDeadline(time.Now().Add(30 * time.Second))
 				io.Copy(io.Discard, idle)
 				idle.Close()
@@ -329,7 +339,6 @@ func (b *backends) vars(t *testing.T, c *flagCase) vars {
 	dir := shortDir(t)
 	v := vars{"tmp": dir, "sock": filepath.Join(dir, "c.sock"), "addr": freeAddr(t), "addr2": freeAddr(t),
 		"log": filepath.Join(dir, "updates.jsonl"), "badlog": filepath.Join(dir, "bad.jsonl"), "token": filepath.Join(dir, "token")}
-	_, v["port"], _ = net.SplitHostPort(freeAddr(t))
 	os.WriteFile(v["log"], []byte(updateLog), 0o600)
 	os.WriteFile(v["badlog"], []byte(updateLog+`{"request_id":"r3","type":"QUEUED"}`+"\n"), 0o600)
 	os.WriteFile(v["token"], []byte("flag-token\n"), 0o600)

@@ -258,10 +258,10 @@ func (p *proc) waitFor(what string, cond func() bool) {
 			if cond() {
 				return
 			}
-			p.t.Fatalf("%s exited (status %d) before %s", p.name, p.code, what)
+			p.t.Fatalf("%s exited (status %d) before %s; stderr:\n%s", p.name, p.code, what, tail(p.stderr.String()))
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("timed out waiting for %s from %s", what, p.name)
+			p.t.Fatalf("timed out waiting for %s from %s; stderr:\n%s", what, p.name, tail(p.stderr.String()))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
