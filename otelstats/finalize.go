@@ -280,15 +280,31 @@ func (r *reqState) transferNs(end int64) int64 {
 
 // preempted is the time spent preempted: every wait after a preemption,
 // and for a request preempted and never resumed, until the engine's
-// FINISHED or the request's end.
+// FINISHED or the request's end. Each wait's instants are clamped into the
+// root [ARRIVED, end] as its llm.queue (preempted) span's are, so under
+// skew the value is what the spans show. Past maxRuns, where later runs
+// merge and have no spans, it is the engine's own sum, capped at e2e.
 func (r *reqState) preempted(end int64) int64 {
-	pre := r.preemptedNs
-	if cr := r.curRun(); cr != nil && cr.end != 0 {
-		stop := r.enFinish
-		if stop == 0 {
-			stop = end
+	stop := r.enFinish
+	if stop == 0 {
+		stop = end
+	}
+	var pre int64
+	if len(r.runs) >= maxRuns {
+		pre = r.preemptedNs
+		if cr := r.curRun(); cr.end != 0 {
+			pre += max(stop-cr.end, 0)
 		}
-		pre += max(stop-cr.end, 0)
+		return min(pre, max(end-r.arrived, 0))
+	}
+	for i := range r.runs {
+		if e := r.runs[i].end; e != 0 {
+			next := stop
+			if i+1 < len(r.runs) {
+				next = r.runs[i+1].start
+			}
+			pre += max(r.inRoot(next, end)-r.inRoot(e, end), 0)
+		}
 	}
 	return pre
 }
