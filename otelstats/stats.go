@@ -64,7 +64,8 @@ type RequestStats struct {
 	// TimePerOutputToken is DecodeLatency / (NumOutputTokens − 1), present
 	// with more than one output token.
 	TimePerOutputToken Latency
-	// PreemptedDuration sums PREEMPTED → next PREFILLING (or FINISHED).
+	// PreemptedDuration sums PREEMPTED → next PREFILLING (or FINISHED),
+	// each wait clamped into the request as its llm.queue span is.
 	PreemptedDuration time.Duration
 	// OutputTokenLatencies are the gaps between successive token-bearing
 	// deliveries, one per delivery; kept only with WithTokenLatencies.

@@ -251,8 +251,9 @@ func (in *instance) freeAborted() {
 		if r.state == stWaiting && !r.preempted.IsZero() {
 			// Preempted (it had delivered tokens): the wait lasts until
 			// the engine ends the request (SPEC §2, the engine's FINISHED
-			// ends its last run).
-			r.truth.Preempted += now.Sub(r.preempted)
+			// ends its last run), inside the request (SPEC §3: its
+			// llm.queue span lies in the root, which the abort ended).
+			r.truth.Preempted += waitInRequest(r.truth, r.preempted, now)
 		}
 		if r.state == stRunning {
 			in.unrun(r)
@@ -385,9 +386,19 @@ func (in *instance) scheduledTruth(r *request, at time.Time) {
 		t.FirstScheduled, t.CachedTokens = at, r.runCached
 	} else if !r.preempted.IsZero() {
 		t.RecomputeCachedTokens += r.runCached
-		t.Preempted += at.Sub(r.preempted)
+		t.Preempted += waitInRequest(t, r.preempted, at)
 		r.preempted = time.Time{}
 	}
+}
+
+// waitInRequest is the part of the wait [from, to] before the request's
+// end, when its frontend has ended it already (an abort the engine has not
+// yet acted on).
+func waitInRequest(t *Truth, from, to time.Time) time.Duration {
+	if !t.Finish.IsZero() && t.Finish.Before(to) {
+		to = t.Finish
+	}
+	return max(to.Sub(from), 0)
 }
 
 // schedule is vLLM V1's Scheduler.schedule: running requests first, in

@@ -289,8 +289,8 @@ func TestGroundTruthWithAborts(t *testing.T) {
 // preemption: two requests of 40 prompt tokens share a 7-block cache, the
 // second is preempted when both need a fourth block (after 9 output
 // tokens), and its client disconnects when the 9th token, produced before
-// the preemption, is delivered. Its preempted time runs until the engine
-// frees it.
+// the preemption, is delivered. Its preempted time runs until the abort,
+// where its request and its llm.queue span end; the engine frees it later.
 func TestAbortWhilePreempted(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.NumBlocks, cfg.MaxModelLen, cfg.Prefixes, cfg.AbortRate = 7, 112, nil, 1
