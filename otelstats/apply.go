@@ -396,7 +396,7 @@ func (t *Tracker) delivered(r *reqState, n int, busy time.Duration, ns int64) {
 		// Its run may not be known yet: attributed when the engine's
 		// updates catch up with it (settleDeliveries).
 	} else {
-		r.attribute(ns, int32(n))
+		r.attribute(ns, r.feTokens-int64(n), int32(n))
 	}
 	if r.en.last == 0 {
 		// No engine update has reached us: the frontend's tokens are the
@@ -412,19 +412,20 @@ func (t *Tracker) delivered(r *reqState, n int, busy time.Duration, ns int64) {
 // the runs known so far.
 const maxPending = 256
 
-// delivery is a frontend delivery whose run is not known yet.
+// delivery is a frontend delivery whose run is not known yet: n tokens at
+// time, the first of them the idx-th (from 0) the frontend delivered.
 type delivery struct {
-	time int64
-	n    int32
+	time, idx int64
+	n         int32
 }
 
 // pendDelivery keeps a delivery of n tokens at ns aside when the engine's
 // updates may still bring the run it belongs to: the two sides' streams
 // travel separately (SPEC §1), and when the engine's lags, a delivery can
-// reach us before the PREFILLING that started its run. That is the case
+// reach us before the DECODING that made its tokens. That is the case
 // while the frontend has delivered more tokens than the engine reported,
-// the engine has not finished, and it reports for this request or is
-// present. It reports whether it kept the delivery.
+// the engine has not finished or reached ns, and it reports for this
+// request or is present. It reports whether it kept the delivery.
 func (t *Tracker) pendDelivery(r *reqState, ns int64, n int) bool {
 	x := r.extra
 	if !r.pending {
@@ -439,35 +440,71 @@ func (t *Tracker) pendDelivery(r *reqState, ns int64, n int) bool {
 	if len(x.pending) >= maxPending {
 		return false
 	}
-	x.pending = append(x.pending, delivery{ns, int32(n)})
+	x.pending = append(x.pending, delivery{time: ns, idx: r.feTokens - int64(n), n: int32(n)})
 	r.pending = true
 	return true
 }
 
-// settleDeliveries attributes the kept deliveries up to upto, the time of
-// the engine's latest update: every run that began by then is known.
+// settleDeliveries attributes the kept deliveries whose tokens the engine
+// has counted, and those up to upto, the time of the engine's latest
+// update: every run that began by then is known.
 func (t *Tracker) settleDeliveries(r *reqState, upto int64) {
 	if !r.pending {
 		return
 	}
 	x := r.extra
 	i := 0
-	for ; i < len(x.pending) && x.pending[i].time <= upto; i++ {
-		r.attribute(x.pending[i].time, x.pending[i].n)
+	for ; i < len(x.pending); i++ {
+		d := &x.pending[i]
+		if d.time > upto && d.idx+int64(d.n) > r.enTokens {
+			break
+		}
+		r.attribute(d.time, d.idx, d.n)
 	}
 	x.pending = append(x.pending[:0], x.pending[i:]...)
 	r.pending = len(x.pending) > 0
 }
 
-// attribute gives a delivery of n tokens at ns to the last run started at
-// or before it, or to the time before any run.
-func (r *reqState) attribute(ns int64, n int32) {
+// attribute gives a delivery of n tokens at ns, the first of them the
+// idx-th delivered, to the runs whose engine counted them: a delivery
+// belongs to the run that made its tokens, even when a preemption and a
+// resume came before it was delivered (and the same whatever order the two
+// sides' updates arrive in, SPEC §1). Tokens beyond the engine's count go
+// to the last run started at or before ns, or to the time before any run.
+func (r *reqState) attribute(ns, idx int64, n int32) {
+	left := int64(n)
+	if idx < r.enTokens {
+		// The engine's runs before j hold tokens [0, start).
+		j := len(r.runs) - 1
+		start := r.enTokens - r.runs[j].enTokens
+		for j > 0 && idx < start {
+			j--
+			start -= r.runs[j].enTokens
+		}
+		for ; j < len(r.runs) && left > 0 && idx < r.enTokens; j++ {
+			rj := &r.runs[j]
+			c := min(left, start+rj.enTokens-idx)
+			start += rj.enTokens
+			if c <= 0 {
+				continue
+			}
+			if rj.feFirst == 0 {
+				rj.feFirst = ns
+			}
+			rj.feTokens += c
+			left -= c
+			idx += c
+		}
+		if left == 0 {
+			return
+		}
+	}
 	if cr := r.runAt(ns); cr != nil {
 		if cr.feFirst == 0 {
 			cr.feFirst = ns
 		}
-		cr.feTokens += int64(n)
+		cr.feTokens += left
 		return
 	}
-	r.preRunFE += int64(n)
+	r.preRunFE += left
 }

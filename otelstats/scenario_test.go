@@ -239,6 +239,47 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		// vLLM can preempt and resume a request within a step or two,
+		// faster than its frontend detokenizes: the first token reaches
+		// the client while the recompute already runs. TTFT is still the
+		// end of the first llm.prefill (SPEC §3), and the decode segments
+		// count each token once.
+		name: "first token delivered after the resume",
+		id:   "pre-late",
+		ops: []Update{
+			arrived("pre-late", 0, "llama-3-8b", "chat"),
+			queued("pre-late", 1),
+			prefilling("pre-late", 2, 10, 0),
+			decoding("pre-late", 5, 1),
+			preempted("pre-late", 6),
+			prefilling("pre-late", 7, 11, 0),
+			detok("pre-late", 8, 1, 0), // the token of the first run
+			decoding("pre-late", 9, 1),
+			detok("pre-late", 10, 1, 0),
+			decoding("pre-late", 11, 1),
+			enFinished("pre-late", 11, "stop"),
+			detok("pre-late", 12, 1, 0),
+			feFinished("pre-late", 13, "stop"),
+		},
+		stats: wantStats{
+			reason: "stop", arrived: 0, finished: 13,
+			e2e: 13, queue: 1, ttft: 8, prefill: 6, decode: 5, inference: 11, tpot: 2.5,
+			itl: []float64{2, 2}, preempted: 1, prompt: -1, cached: 0, out: 3, preemptions: 1,
+		},
+		root: wantRoot{name: "chat llama-3-8b", start: 0, end: 13, attrs: []attribute.KeyValue{
+			attributes.Preemptions.Int(1),
+		}},
+		kids: []wantSpan{
+			spQueue(1, 2, "new"),
+			spPrefill(2, 8, 10, 0, 1, false), // to the first token, as TTFT
+			spDecode(8, 8, 1, 0),
+			spQueue(6, 7, "preempted"),
+			spPrefill(7, 10, 11, 0, 1, true), // to its own first token's delivery
+			spDecode(10, 11, 2, 1),
+			spDetok(8, 12, 0, 3),
+		},
+	},
+	{
 		name: "preemption during prefill",
 		id:   "pre-prefill",
 		ops: []Update{

@@ -87,9 +87,10 @@ func TestUnsampled(t *testing.T) {
 			h.wantCounter(attributes.MetricPromptTokens, prompt)
 			// Guard the totals themselves, so a changed scenario table is
 			// noticed: two scenarios end before any token (abort-queued,
-			// abort-prefill); pre-decode, pre-prefill, pre-prefill-fe and
-			// pre-abort are preempted once, two-pre twice.
-			if nTTFT != n-2 || pre != 6 {
+			// abort-prefill); pre-decode, pre-late, pre-prefill,
+			// pre-prefill-fe and pre-abort are preempted once, two-pre
+			// twice.
+			if nTTFT != n-2 || pre != 7 {
 				t.Errorf("scenario table changed: %d with TTFT, %d preemptions", nTTFT, pre)
 			}
 		})
