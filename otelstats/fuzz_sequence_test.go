@@ -272,7 +272,7 @@ func checkFuzzInvariants(t *testing.T, f *fuzzRun) {
 		if !s.E2ELatency.Valid {
 			t.Fatalf("%s: e2e absent", s.RequestID)
 		}
-		if s.PreemptedDuration < 0 {
+		if s.PreemptedDuration < 0 || s.PreemptedDuration > s.E2ELatency.Value {
 			t.Fatalf("%s: preempted %v < 0", s.RequestID, s.PreemptedDuration)
 		}
 		for _, g := range s.OutputTokenLatencies {
@@ -341,8 +341,15 @@ func checkFuzzInvariants(t *testing.T, f *fuzzRun) {
 		}
 		byRoot[k.Parent().SpanID()] = append(byRoot[k.Parent().SpanID()], k)
 	}
+	bySpan := make(map[string]*RequestStats, len(h.stats))
+	for i := range h.stats {
+		bySpan[h.stats[i].SpanID] = &h.stats[i]
+	}
 	for id, r := range roots {
 		checkInside(t, r, byRoot[id])
+		if s := bySpan[id.String()]; s != nil {
+			checkValuesAreSpans(t, s, r, byRoot[id])
+		}
 		if t.Failed() {
 			t.FailNow()
 		}
@@ -478,4 +485,51 @@ func FuzzUpdateSequence(f *testing.F) {
 		fz(0, 0, fe, KindFinished, 1, 4),
 	))
 	f.Fuzz(runFuzzSequence)
+}
+
+// checkValuesAreSpans: SPEC §3, "the metrics of section 2 are the same
+// instants as these span boundaries", under any skew and order.
+func checkValuesAreSpans(t *testing.T, s *RequestStats, root sdktrace.ReadOnlySpan, kids []sdktrace.ReadOnlySpan) {
+	t.Helper()
+	var preempted, queued time.Duration
+	var firstDecode sdktrace.ReadOnlySpan
+	prefillEnds := map[time.Time]bool{}
+	prefills := 0
+	for _, k := range kids {
+		d := k.EndTime().Sub(k.StartTime())
+		switch k.Name() {
+		case attributes.SpanQueue:
+			if v, _ := attrOf(k.Attributes(), attributes.QueueReason); v.AsString() == attributes.QueueReasonPreempted {
+				preempted += d
+			} else {
+				queued += d
+			}
+		case attributes.SpanPrefill:
+			prefills++
+			prefillEnds[k.EndTime()] = true
+		case attributes.SpanDecode:
+			if v, _ := attrOf(k.Attributes(), attributes.DecodeSegment); v.AsInt64() == 0 {
+				firstDecode = k
+			}
+		}
+	}
+	if e2e := root.EndTime().Sub(root.StartTime()); s.E2ELatency.Value != e2e {
+		t.Errorf("%s: e2e %v, root lasts %v", s.RequestID, s.E2ELatency.Value, e2e)
+	}
+	if prefills < maxRuns && s.PreemptedDuration != preempted {
+		t.Errorf("%s: preempted_duration_s %v, its llm.queue (preempted) spans %v: %s", s.RequestID, s.PreemptedDuration, preempted, s.AppendJSON(nil))
+	}
+	if s.QueueDuration.Valid && s.QueueDuration.Value != queued {
+		t.Errorf("%s: queue_duration_s %v, its llm.queue (new) spans %v: %s", s.RequestID, s.QueueDuration.Value, queued, s.AppendJSON(nil))
+	}
+	// The first token: where the first decode segment starts, and, unless
+	// skew made the instants contradict each other (a token delivered
+	// before its prefill began, clamped), where a prefill ends.
+	if s.FirstTokenLatency.Valid && firstDecode != nil {
+		at := firstDecode.StartTime()
+		if s.FirstTokenLatency.Value != at.Sub(root.StartTime()) || !prefillEnds[at] && s.ClampedSpans == 0 {
+			t.Errorf("%s: TTFT %v, the first llm.decode starts at +%v (a prefill ends there: %v): %s",
+				s.RequestID, s.FirstTokenLatency.Value, at.Sub(root.StartTime()), prefillEnds[at], s.AppendJSON(nil))
+		}
+	}
 }

@@ -111,7 +111,11 @@ func TestServingRandomSkewAndOrder(t *testing.T) {
 			}
 		}
 		h, s := servingFeed(t, seed, us)
-		_, kids := h.treeOf(s)
+		root, kids := h.treeOf(s)
+		checkValuesAreSpans(t, &s, root, kids)
+		if t.Failed() {
+			t.Fatalf("seed %d", seed)
+		}
 		var queue, kv, enc time.Duration
 		for _, k := range kids {
 			d := k.EndTime().Sub(k.StartTime())
