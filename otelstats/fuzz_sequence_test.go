@@ -492,7 +492,7 @@ func FuzzUpdateSequence(f *testing.F) {
 func checkValuesAreSpans(t *testing.T, s *RequestStats, root sdktrace.ReadOnlySpan, kids []sdktrace.ReadOnlySpan) {
 	t.Helper()
 	var preempted, queued time.Duration
-	var firstDecode sdktrace.ReadOnlySpan
+	var firstDecode, firstPrefill sdktrace.ReadOnlySpan
 	prefillEnds := map[time.Time]bool{}
 	prefills := 0
 	for _, k := range kids {
@@ -507,6 +507,9 @@ func checkValuesAreSpans(t *testing.T, s *RequestStats, root sdktrace.ReadOnlySp
 		case attributes.SpanPrefill:
 			prefills++
 			prefillEnds[k.EndTime()] = true
+			if firstPrefill == nil || k.StartTime().Before(firstPrefill.StartTime()) {
+				firstPrefill = k
+			}
 		case attributes.SpanDecode:
 			if v, _ := attrOf(k.Attributes(), attributes.DecodeSegment); v.AsInt64() == 0 {
 				firstDecode = k
@@ -530,6 +533,19 @@ func checkValuesAreSpans(t *testing.T, s *RequestStats, root sdktrace.ReadOnlySp
 		if s.FirstTokenLatency.Value != at.Sub(root.StartTime()) || !prefillEnds[at] && s.ClampedSpans == 0 {
 			t.Errorf("%s: TTFT %v, the first llm.decode starts at +%v (a prefill ends there: %v): %s",
 				s.RequestID, s.FirstTokenLatency.Value, at.Sub(root.StartTime()), prefillEnds[at], s.AppendJSON(nil))
+		}
+		if d := root.EndTime().Sub(at); s.DecodeLatency.Value != d {
+			t.Errorf("%s: decode %v, first llm.decode start to the root's end %v: %s", s.RequestID, s.DecodeLatency.Value, d, s.AppendJSON(nil))
+		}
+		if firstPrefill != nil {
+			if d := max(at.Sub(firstPrefill.StartTime()), 0); s.PrefillLatency.Value != d {
+				t.Errorf("%s: prefill %v, first llm.prefill start to the first token %v: %s", s.RequestID, s.PrefillLatency.Value, d, s.AppendJSON(nil))
+			}
+		}
+	}
+	if s.InferenceLatency.Valid && firstPrefill != nil {
+		if d := root.EndTime().Sub(firstPrefill.StartTime()); s.InferenceLatency.Value != d {
+			t.Errorf("%s: inference %v, first llm.prefill start to the root's end %v: %s", s.RequestID, s.InferenceLatency.Value, d, s.AppendJSON(nil))
 		}
 	}
 }
