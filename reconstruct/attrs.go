@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/internal/textcap"
 )
 
 // MaxNameLength bounds the operation, model and finish reason taken from a
@@ -152,10 +153,12 @@ func name(v Value) string {
 	return bound(s)
 }
 
+// bound caps a name from outside at MaxNameLength bytes, cut on a rune
+// boundary, with invalid UTF-8 replaced: the names become metric
+// attributes, and one OTLP string that is not UTF-8 fails an exporter's
+// whole batch. A valid name within the cap is kept without allocating.
 func bound(s string) string {
-	if len(s) > MaxNameLength {
-		return s[:MaxNameLength]
-	}
+	s, _ = textcap.Clean(s, MaxNameLength)
 	return s
 }
 

@@ -29,7 +29,8 @@ type Span struct {
 	// Token counts; -1 when the span does not say.
 	InputTokens, OutputTokens, CachedTokens int
 	// Operation, Model and FinishReason as the span gives them (empty when
-	// absent); bounded to MaxNameLength bytes by FromAttributes.
+	// absent); bounded to MaxNameLength bytes on a rune boundary, invalid
+	// UTF-8 replaced, by FromAttributes.
 	Operation, Model, FinishReason string
 	// Provider is the span's gen_ai.provider.name (empty when absent).
 	Provider string
