@@ -754,10 +754,11 @@ func TestCloseDrainsWrittenData(t *testing.T) {
 }
 
 // TestProducerDropsWhatNoCollectorTakes: an update larger than a
-// collector's frame or line limit (a 70 KiB stop string) is dropped at the
-// producer and counted; the connection and the updates after it go on.
-// Sent, it ended the stream at the collector and took an update written
-// after it along, counted as sent.
+// collector's frame or line limit (a 70 KiB request id: an identity is
+// never cut, as a long stop string is) is dropped at the producer and
+// counted; the connection and the updates after it go on. Sent, it ended
+// the stream at the collector and took an update written after it along,
+// counted as sent.
 func TestProducerDropsWhatNoCollectorTakes(t *testing.T) {
 	for _, json := range []bool{false, true} {
 		t.Run(fmt.Sprint("json=", json), func(t *testing.T) {
@@ -768,8 +769,7 @@ func TestProducerDropsWhatNoCollectorTakes(t *testing.T) {
 			}
 			wait(t, "connect", func() bool { return p.Stats().Connects == 1 })
 			now := time.Now()
-			p.Send(otelstats.Update{Kind: otelstats.KindArrived, RequestID: "big", Model: "m", Time: now,
-				Sampling: &otelstats.SamplingParams{Stop: []string{strings.Repeat("x", 70<<10)}}})
+			p.Send(otelstats.Update{Kind: otelstats.KindArrived, RequestID: strings.Repeat("x", 70<<10), Model: "m", Time: now})
 			for i := range 20 {
 				p.Send(otelstats.Update{Kind: otelstats.KindArrived, RequestID: fmt.Sprint("after", i), Model: "m", Time: now})
 			}

@@ -205,7 +205,11 @@
 //	  0x4A traceparent          ARRIVED: the W3C trace context it came with
 //	  0x4B tracestate           with 0x4A
 //
-// Counts above 2^30 are rejected as absurd.
+// Counts above 2^30 are rejected as absurd. Strings are cut, never
+// refused (the request_id excepted): at 1,024 bytes, stop sequences at 512
+// and nine of them, still longer than the tracker keeps, which cuts them
+// again at its own caps and counts the cut, or rejects a scope or
+// kv_source as too long, as it does in process.
 //
 // For example, a HELLO from "e0" anchored at wall 1700000000 s, mono 5 s,
 // after the header:

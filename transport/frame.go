@@ -340,7 +340,9 @@ func decodeHello(body []byte, h *Hello) error {
 	r := reader{b: body}
 	h.WallNs = r.int63("wall_ns")
 	h.MonoNs = r.int63("mono_ns")
-	h.Producer = string(r.bytes("producer", MaxProducerName))
+	// A name is cut, not refused: a HELLO refused leaves its stream's
+	// monotonic times without an anchor.
+	h.Producer = cut(string(r.bytes("producer", len(r.b))), MaxProducerName)
 	if r.err == nil && h.WallNs <= 0 {
 		r.fail("wall_ns must be positive")
 	}
@@ -366,10 +368,6 @@ func decodeHello(body []byte, h *Hello) error {
 	}
 	return r.err
 }
-
-// maxString bounds any string field of an update; the tracker applies its
-// own, tighter limits per field.
-const maxString = 4096
 
 func decodeUpdate(body []byte, f *Frame) error {
 	r := reader{b: body}
@@ -399,6 +397,7 @@ func decodeUpdate(body []byte, f *Frame) error {
 	if err != nil {
 		return err
 	}
+	capStrings(u)
 	if f.Reject = payloadRules(u, seen); f.Reject == nil && tc.parent != "" {
 		var ok bool
 		if u.Parent, ok = parseParent(tc.parent, tc.state); !ok {
@@ -427,7 +426,8 @@ func decodeFields(r *reader, u *otelstats.Update, tc *traceContext) (seen uint64
 				numField(r, u, id, v)
 			}
 		default:
-			if s := r.bytes("field", maxString); r.err == nil {
+			// The frame bounds a string; capStrings cuts it after.
+			if s := r.bytes("field", len(r.b)); r.err == nil {
 				switch id {
 				case fieldTraceparent:
 					tc.parent = string(s)

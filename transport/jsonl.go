@@ -120,6 +120,7 @@ func ParseUpdate(line []byte) (otelstats.Update, error) {
 		c := *sp
 		u.Sampling = &c
 	}
+	capStrings(&u)
 	return u, nil
 }
 

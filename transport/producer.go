@@ -244,6 +244,12 @@ func (p *Producer) appendHeader(dst []byte) []byte {
 }
 
 func (p *Producer) appendUpdate(dst []byte, u *otelstats.Update) []byte {
+	if v := *u; capStrings(&v) {
+		// A long string costs the string, cut as the collector would,
+		// not the update (a 5 MiB stop string made it larger than any
+		// collector takes).
+		u = &v
+	}
 	if u.Kind == otelstats.KindFinished && u.Side == otelstats.SideAuto && p.cfg.Side == otelstats.SideEngine {
 		// A FINISHED without a side is the frontend's on the wire; an
 		// engine producer's is the engine's.

@@ -522,10 +522,7 @@ func parseJSONHello(x *lineExtras) (h Hello, detail string) {
 		}
 	}
 	if x.Producer != nil {
-		h.Producer = *x.Producer
-		if len(h.Producer) > MaxProducerName {
-			h.Producer = h.Producer[:MaxProducerName]
-		}
+		h.Producer = cut(*x.Producer, MaxProducerName)
 	}
 	if x.Side != nil {
 		if h.Side, ok = otelstats.ParseSide(*x.Side); !ok {
