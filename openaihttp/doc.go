@@ -169,7 +169,10 @@
 //   - A status ≥ 400: error, error.type the status code.
 //   - Copying the upstream's body failed (proxy): error, upstream_error.
 //   - An error event in the stream: error, stream_error
-//     (response_failed for a failed Responses API response).
+//     (response_failed for a failed Responses API response). An error is
+//     data with an "error" member or object "error", an event of type
+//     error, or an "error" field line: llama.cpp's server wrote its
+//     mid-stream failures as `error: {...}`, then [DONE].
 //   - The response ended early without a transport error — a stream
 //     without [DONE] or its final Responses event (unless its client left
 //     once served), a JSON object that never closed (a close-delimited

@@ -551,6 +551,9 @@ func (ex *exchange) readBodyEnd(o *outcome) {
 		if ex.sse.pending() && (o.gone.IsZero() || ex.delivered()) && ex.writeErrAt.IsZero() {
 			ex.sse.flush(ex) // a last event without its blank line
 		}
+		if ex.sse.failed && ex.obs.errType == "" {
+			ex.obs.errType = ErrorStream
+		}
 	case modeJSON:
 		if ex.zbody.coding != codingNone {
 			read := ex.zbody.inflate(ex.body)

@@ -12,7 +12,8 @@ type sseSink interface {
 // sseReader splits a text/event-stream into events as its bytes arrive, in
 // whatever pieces they arrive: lines end at CRLF, LF or CR, as the SSE
 // specification says; data lines are joined with LF; comments (keep-alives)
-// and the event, id and retry fields are skipped. The usual event — one
+// and the event, id and retry fields are skipped, but for a failure they
+// tell (failed). The usual event — one
 // data line and its blank line within one write — is handed over in place,
 // without a copy; anything else is assembled in a buffer of at most limit
 // bytes (charged to hold), past which the event is reported over. The zero
@@ -30,6 +31,10 @@ type sseReader struct {
 	dataOver bool
 	pend     []byte // the event's only data line, still in the caller's bytes
 	hasPend  bool
+	// failed: a line said the stream failed without a data line saying
+	// it: an "error" field (llama.cpp's server wrote its errors as
+	// `error: {...}`, then [DONE]) or the event type error.
+	failed bool
 }
 
 // feed reads p, calling sink for every event it completes.
@@ -112,11 +117,19 @@ func (s *sseReader) endLine(line []byte, over, inPlace bool, sink sseSink) {
 		return
 	}
 	field, value, _ := bytes.Cut(line, []byte{':'})
-	if string(field) != "data" {
-		return // event, id, retry: the data says all we need
-	}
 	if len(value) > 0 && value[0] == ' ' {
 		value = value[1:]
+	}
+	switch string(field) {
+	case "data":
+	case "error":
+		s.failed = true
+		return
+	case "event":
+		s.failed = s.failed || string(value) == "error"
+		return
+	default:
+		return // id, retry: the data says all we need
 	}
 	if inPlace && !s.hasData && !s.hasPend {
 		s.pend, s.hasPend = value, true
