@@ -385,7 +385,7 @@ func RecordLine(t *otelstats.Tracker, line []byte) error {
 func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	w := jsonWriter(dst)
 	w = append(w, `{"request_id":`...)
-	w = strconv.AppendQuote(w, u.RequestID)
+	w = appendJSONString(w, u.RequestID, true)
 	w = append(w, `,"type":"`...)
 	w = append(w, u.Kind.String()...)
 	w = append(w, `","ts":`...)
@@ -446,9 +446,46 @@ func (w *jsonWriter) key(k string) {
 func (w *jsonWriter) str(k, v string) {
 	if v != "" {
 		w.key(k)
-		*w = strconv.AppendQuote(*w, v)
+		*w = appendJSONString(*w, v, false)
 	}
 }
+
+// appendJSONString appends s as a JSON string: strconv.AppendQuote's Go
+// escapes (\x01, \a, \U000e0001) are no JSON, and a line with one was
+// lost whole. Invalid UTF-8 becomes U+FFFD, as encoding/json reads it,
+// except in an id (rawInvalid): written as it is, it is refused as
+// malformed, as the update log refuses an id that is not UTF-8, where a
+// U+FFFD could make it another request's id.
+func appendJSONString(dst []byte, s string, rawInvalid bool) []byte {
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 && !rawInvalid {
+				dst = append(dst, "\ufffd"...)
+			} else {
+				dst = append(dst, s[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		switch {
+		case c == '"' || c == '\\':
+			dst = append(dst, '\\', c)
+		case c == '\n':
+			dst = append(dst, '\\', 'n')
+		case c < 0x20 || c == 0x7f:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigit[c>>4], hexDigit[c&0xf])
+		default:
+			dst = append(dst, c)
+		}
+		i++
+	}
+	return append(dst, '"')
+}
+
+const hexDigit = "0123456789abcdef"
 
 func (w *jsonWriter) num(k string, v int, on bool) {
 	if on {

@@ -18,6 +18,8 @@ func FuzzParseUpdate(f *testing.F) {
 	f.Add([]byte(`{"request_id":"r1","type":"DETOKENIZED","ts":1700000000.051,"num_new_tokens":1,"busy_time_s":0.0002}`))
 	f.Add([]byte(`{"request_id":"r1","type":"FINISHED","ts":1700000000.300,"side":"engine","finish_reason":"stop","error_type":"x"}`))
 	f.Add([]byte(`{"request_id":"r1","type":"decoding","ts":1.5e9,"top_p":0.9}`))
+	// Control characters, which Go's quoting wrote as no JSON reads them.
+	f.Add([]byte(`{"request_id":"r\u0001\u007f","type":"ARRIVED","ts":1700000000,"model":"m\u0007\udb40\udc01"}`))
 	for _, c := range badLines() {
 		f.Add([]byte(c.line))
 	}
