@@ -174,9 +174,11 @@
 //     error, or an "error" field line: llama.cpp's server wrote its
 //     mid-stream failures as `error: {...}`, then [DONE].
 //   - The response ended early without a transport error — a stream
-//     without [DONE] or its final Responses event (unless its client left
-//     once served), a JSON object that never closed (a close-delimited
-//     body cut short): error, response_truncated.
+//     that was not complete (as above: no [DONE], no final Responses
+//     event, and a choice without its finish reason), a JSON object that
+//     never closed (a close-delimited body cut short): error,
+//     response_truncated. A stream whose every choice finished needs no
+//     [DONE]: servers that never send it (TGI before 2.2) end there.
 //   - Otherwise the finish reason read from the response, "stop" if none.
 //
 // # Incoming trace context

@@ -465,13 +465,15 @@ func (ex *exchange) aborted(o *outcome) bool {
 }
 
 // truncated reports a response that ended early without an error from the
-// transport: a stream without [DONE] or its final event, a JSON body
-// whose object never closed (a close-delimited body cut short). A stream
-// whose client left once served (left) was ended by the client, not cut.
-func (ex *exchange) truncated(left bool) bool {
+// transport: a stream that is not complete (no [DONE], no final event, a
+// choice without its finish reason), a JSON body whose object never
+// closed (a close-delimited body cut short). A stream whose every choice
+// finished is whole without [DONE]: servers that never send it (TGI
+// before 2.2) end there, and the SDKs need none.
+func (ex *exchange) truncated() bool {
 	switch ex.mode {
 	case modeSSE:
-		return !ex.obs.terminal && !(left && ex.complete())
+		return !ex.complete()
 	case modeJSON:
 		return !ex.body.complete() && !ex.body.bad
 	}
@@ -610,7 +612,7 @@ func (ex *exchange) finishUpdate(o *outcome) otelstats.Update {
 		fail(ErrorUpstream)
 	case ex.obs.errType != "":
 		fail(ex.obs.errType)
-	case ex.truncated(left):
+	case ex.truncated():
 		fail(ErrorTruncated)
 	case ex.obs.reason != "":
 		u.FinishReason = ex.obs.reason
