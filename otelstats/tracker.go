@@ -497,7 +497,7 @@ func (r *reqState) claims(side Side, kind Kind, ns int64) bool {
 		return false
 	}
 	r.mu.Lock()
-	last, fits := r.en.last, ns >= r.en.time && engineFollows(r.en.last, kind)
+	last, fits := r.en.last, ns >= r.en.time && engineFollows(r.en.last, kind, r.encOpen())
 	r.mu.Unlock()
 	succ := r.succ
 	switch {
@@ -514,10 +514,16 @@ func (r *reqState) claims(side Side, kind Kind, ns int64) bool {
 	return fresh
 }
 
-// engineFollows reports whether an engine update of kind may follow prev.
-func engineFollows(prev, kind Kind) bool {
-	if kind == KindEncoding || kind == KindEncoded {
-		return encoderStates&(1<<prev) != 0
+// engineFollows reports whether an engine update of kind may follow prev,
+// as admitMove decides; encOpen says an encoder run is open. An ENCODED
+// closes the open run in any state but FINISHED, also once the prefill's
+// first token came (SPEC §9: the run ends by it).
+func engineFollows(prev, kind Kind, encOpen bool) bool {
+	switch kind {
+	case KindEncoding:
+		return !encOpen && encoderStates&(1<<prev) != 0
+	case KindEncoded:
+		return encOpen && prev != KindFinished
 	}
 	return allowed[SideEngine][kind]&(1<<prev) != 0
 }
