@@ -9,7 +9,8 @@ import (
 // the exchange what was written. http.Flusher is always implemented
 // (through http.ResponseController, a no-op when the writer underneath
 // cannot flush, as in otelhttp) and Unwrap gives http.ResponseController
-// the writer underneath (deadlines, Hijack, full duplex).
+// the writer underneath (deadlines, Hijack, full duplex); CloseNotify is
+// kept for gin.
 type respWriter struct {
 	http.ResponseWriter
 	ex *exchange
@@ -71,3 +72,17 @@ func (w *respWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *respWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// closeNotifier is http.CloseNotifier, named without the deprecated type.
+type closeNotifier interface{ CloseNotify() <-chan bool }
+
+// CloseNotify keeps http.CloseNotifier: deprecated, but gin's
+// Context.Stream (Ollama's server streams with it) asserts it and panics
+// on a writer without it. A writer underneath without it gives a channel
+// that never fires: its request's context still says the client left.
+func (w *respWriter) CloseNotify() <-chan bool {
+	if cn, ok := w.ResponseWriter.(closeNotifier); ok {
+		return cn.CloseNotify()
+	}
+	return nil
+}
