@@ -33,7 +33,7 @@ const (
 	ErrorUpstream          = "upstream_error"     // any other failure before or while it answered
 	ErrorStream            = "stream_error"       // an error event in the stream
 	ErrorResponseFailed    = "response_failed"    // a failed Responses API response
-	ErrorTruncated         = "response_truncated" // a stream without [DONE], a JSON body cut short
+	ErrorTruncated         = "response_truncated" // a stream that ended before it was complete, a JSON body cut short
 	ErrorPanic             = "panic"              // the handler panicked (middleware)
 )
 
