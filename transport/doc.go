@@ -9,8 +9,9 @@
 //
 // A stream is one connection (or stdin, or one HTTP body) from one producer.
 // Its first byte decides its encoding: 'L' starts the binary encoding's
-// header, '{' (after optional whitespace) starts JSON lines. Anything else
-// ends the stream as garbage.
+// header, '{' (after optional whitespace, or a UTF-8 byte order mark, as
+// an editor writes) starts JSON lines. Anything else ends the stream as
+// garbage.
 //
 // Every stream should begin with its producer's clock anchor (a HELLO): the
 // producer's wall clock and monotonic clock read at the same instant. An

@@ -78,13 +78,23 @@ func (c *Collector) serve(s *stream, r io.Reader, name string) StreamStats {
 	case b == Magic[0]:
 		s.st.Encoding = "binary"
 		s.binary(br)
-	case b == '{' || b == ' ' || b == '\t' || b == '\r' || b == '\n':
+	case b == '{' || b == ' ' || b == '\t' || b == '\r' || b == '\n' || (b == utf8BOM[0] && skipBOM(br)):
 		s.st.Encoding = "json"
 		s.jsonLines(br)
 	default:
 		s.count(&s.st.Garbage, &c.n.garbage, "garbage")
 	}
 	return s.st
+}
+
+// skipBOM skips the byte order mark an editor may write at a file's
+// start, as the update log does, and reports whether there was one.
+func skipBOM(br *bufio.Reader) bool {
+	if p, _ := br.Peek(len(utf8BOM)); !bytes.Equal(p, utf8BOM) {
+		return false
+	}
+	_, _ = br.Discard(len(utf8BOM))
+	return true
 }
 
 func (s *stream) setErr(err error) {
