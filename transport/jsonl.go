@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -245,6 +246,13 @@ func parseCounts(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 // parseCount reads one count of at most limit.
 func parseCount(u *otelstats.Update, src *json.Number, name string, limit int64) (int64, *otelstats.RejectError) {
 	n, err := strconv.ParseInt(src.String(), 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		// An integer past int64 (a float parses too, but is no count).
+		if n < 0 {
+			return 0, reject(u, u.Side, otelstats.ReasonNegativeCount, name+" is "+truncate(src.String(), 32))
+		}
+		return 0, reject(u, u.Side, otelstats.ReasonAbsurdCount, name+" is "+truncate(src.String(), 32))
+	}
 	if err != nil {
 		if _, ferr := strconv.ParseFloat(src.String(), 64); ferr == nil {
 			return 0, reject(u, u.Side, otelstats.ReasonMalformed, name+" must be an integer")
@@ -278,8 +286,11 @@ func parsePayloadRules(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 	}
 	if l.BusyTimeS != nil {
 		b := *l.BusyTimeS
-		if b < 0 || b > 1e6 {
-			return reject(u, u.Side, otelstats.ReasonNegativeCount, "busy_time_s out of range")
+		switch {
+		case b < 0:
+			return reject(u, u.Side, otelstats.ReasonNegativeCount, "busy_time_s is negative")
+		case b > 1e6: // past it, nanoseconds could leave int64
+			return reject(u, u.Side, otelstats.ReasonAbsurdCount, "busy_time_s out of range")
 		}
 		u.Busy = time.Duration(b * 1e9)
 	}
