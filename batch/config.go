@@ -23,6 +23,11 @@ const (
 	// default 4 MiB message limit: past it the receiver refuses the whole
 	// request, and every span in it would be lost for one large span.
 	DefaultMaxExportBatchBytes = 2 << 20
+	// MaxQueueSizeLimit is the largest queue a Processor takes: 1,024
+	// times the default, 384 MiB of queue slots allocated up front. A
+	// larger OTEL_BSP_MAX_QUEUE_SIZE made make(chan) panic (past what it
+	// can size) or exhaust memory before a span was queued.
+	MaxQueueSizeLimit = 1 << 24
 )
 
 type config struct {
@@ -66,9 +71,10 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithMaxQueueSize bounds the spans waiting for export
 // (OTEL_BSP_MAX_QUEUE_SIZE; default DefaultMaxQueueSize). Values below 1
-// are 1.
+// are 1, above MaxQueueSizeLimit that limit: the queue is allocated
+// whole when the Processor starts.
 func WithMaxQueueSize(n int) Option {
-	return optionFunc(func(c *config) { c.queueSize = max(n, 1) })
+	return optionFunc(func(c *config) { c.queueSize = min(max(n, 1), MaxQueueSizeLimit) })
 }
 
 // WithMaxExportBatchSize sets the largest batch handed to the exporter

@@ -398,28 +398,31 @@ func batchConfig() BatchConfig {
 		MaxQueueSize: batch.DefaultMaxQueueSize, MaxExportBatchSize: batch.DefaultMaxExportBatchSize,
 		BatchTimeout: batch.DefaultBatchTimeout, ExportTimeout: batch.DefaultExportTimeout,
 	}
-	// least is the smallest value a variable takes: a size must be
+	// least and most bound the value a variable takes: a size must be
 	// positive; a delay or timeout may be 0 (the specification's
-	// durations, and a timeout of 0 is no timeout).
-	num := func(name string, into *int, least int) {
+	// durations, and a timeout of 0 is no timeout). A queue is allocated
+	// whole, so past batch.MaxQueueSizeLimit it is out of range, as the
+	// specification reads a value it cannot use.
+	num := func(name string, into *int, least, most int) {
 		v := strings.TrimSpace(os.Getenv(name))
 		if v == "" {
 			return
 		}
 		n, err := strconv.Atoi(v)
-		if err != nil || n < least {
-			otel.Handle(fmt.Errorf("otelconf: %s=%q is not an integer of at least %d; the default applies", name, v, least))
+		if err != nil || n < least || n > most {
+			otel.Handle(fmt.Errorf("otelconf: %s=%q is not an integer from %d to %d; the default applies", name, v, least, most))
 			return
 		}
 		*into = n
 	}
 	ms := func(name string, into *time.Duration) {
 		n := int(into.Milliseconds())
-		num(name, &n, 0)
-		*into = time.Duration(n) * time.Millisecond
+		num(name, &n, 0, math.MaxInt)
+		*into = millis(n)
 	}
-	num("OTEL_BSP_MAX_QUEUE_SIZE", &c.MaxQueueSize, 1)
-	num("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", &c.MaxExportBatchSize, 1)
+	num("OTEL_BSP_MAX_QUEUE_SIZE", &c.MaxQueueSize, 1, batch.MaxQueueSizeLimit)
+	// A batch is cut to the queue below, so any positive size will do.
+	num("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", &c.MaxExportBatchSize, 1, math.MaxInt)
 	ms("OTEL_BSP_SCHEDULE_DELAY", &c.BatchTimeout)
 	ms("OTEL_BSP_EXPORT_TIMEOUT", &c.ExportTimeout)
 	if c.ExportTimeout == 0 {
@@ -428,6 +431,16 @@ func batchConfig() BatchConfig {
 	// As the processor does, and as the specification says.
 	c.MaxExportBatchSize = min(c.MaxExportBatchSize, c.MaxQueueSize)
 	return c
+}
+
+// millis is n milliseconds, the longest time.Duration when n is more
+// (292 years, "a very long time" to the specification): the product would
+// wrap to a negative duration.
+func millis(n int) time.Duration {
+	if n > math.MaxInt64/int(time.Millisecond) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(n) * time.Millisecond
 }
 
 func (c BatchConfig) options() []batch.Option {
