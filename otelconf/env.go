@@ -45,6 +45,10 @@ type selection struct {
 	exporter string
 	protocol string // with otlp: "grpc" or "http/protobuf"
 	endpoint string // with otlp: where the exporter sends, for Status
+	// timeout, when timeoutSet, is the export timeout given to the OTLP
+	// exporter over what it reads itself (otlpTimeout).
+	timeout    time.Duration
+	timeoutSet bool
 	// override, with otlp, is the URL given to the exporter over what it
 	// reads itself: Config.TracesEndpoint, or the specification's default
 	// endpoint when no endpoint variable is set.
@@ -124,6 +128,7 @@ func selectSignal(signal, override string) (selection, error) {
 	if s.protocol, err = otlpProtocol(s.suffix); err != nil {
 		return s, err
 	}
+	s.timeout, s.timeoutSet = otlpTimeout(s.suffix)
 	if override != "" {
 		if s.override, err = overrideURL(override, s.protocol, signal); err != nil {
 			return s, err
@@ -230,6 +235,36 @@ func otlpProtocol(suffix string) (string, error) {
 		}
 	}
 	return DefaultProtocol, nil
+}
+
+// defaultOTLPTimeout is the specification's OTEL_EXPORTER_OTLP_TIMEOUT.
+const defaultOTLPTimeout = 10 * time.Second
+
+// otlpTimeout reads the per-signal timeout variable, else the general one,
+// as the specification's Timeout type: a negative or unparsable value is
+// warned about and ignored, 0 is no timeout, and milliseconds past
+// time.Duration are the longest one. set is false when neither variable is
+// set; otherwise the timeout goes to the exporter in code, over its own
+// reading, which took a negative value (or one that wrapped negative) as
+// no timeout at all.
+func otlpTimeout(suffix string) (d time.Duration, set bool) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + suffix + "_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"} {
+		v := getenvTrim(k)
+		if v == "" {
+			continue
+		}
+		set = true
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			otel.Handle(fmt.Errorf("otelconf: %s=%q is not a non-negative integer of milliseconds; ignored", k, v))
+			continue
+		}
+		return millis(n), true
+	}
+	if set {
+		return defaultOTLPTimeout, true
+	}
+	return 0, false
 }
 
 // otlpEndpoint is where the OTLP exporter will send, resolved as the

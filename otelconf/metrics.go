@@ -93,11 +93,17 @@ func newMetricReader(ctx context.Context, sel selection, agg *otelstats.Aggregat
 		if sel.override != "" {
 			opts = append(opts, otlpmetricgrpc.WithEndpointURL(sel.override))
 		}
+		if sel.timeoutSet {
+			opts = append(opts, otlpmetricgrpc.WithTimeout(sel.timeout))
+		}
 		exp, err = otlpmetricgrpc.New(ctx, opts...)
 	} else {
 		var opts []otlpmetrichttp.Option
 		if sel.override != "" {
 			opts = append(opts, otlpmetrichttp.WithEndpointURL(sel.override))
+		}
+		if sel.timeoutSet {
+			opts = append(opts, otlpmetrichttp.WithTimeout(sel.timeout))
 		}
 		exp, err = otlpmetrichttp.New(ctx, opts...)
 	}

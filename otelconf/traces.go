@@ -41,11 +41,17 @@ func newSpanExporter(ctx context.Context, sel selection) (sdktrace.SpanExporter,
 		if sel.override != "" {
 			opts = append(opts, otlptracegrpc.WithEndpointURL(sel.override))
 		}
+		if sel.timeoutSet {
+			opts = append(opts, otlptracegrpc.WithTimeout(sel.timeout))
+		}
 		client = otlptracegrpc.NewClient(opts...)
 	} else {
 		var opts []otlptracehttp.Option
 		if sel.override != "" {
 			opts = append(opts, otlptracehttp.WithEndpointURL(sel.override))
+		}
+		if sel.timeoutSet {
+			opts = append(opts, otlptracehttp.WithTimeout(sel.timeout))
 		}
 		client = otlptracehttp.NewClient(opts...)
 	}
