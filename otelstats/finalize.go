@@ -429,7 +429,34 @@ func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestSta
 		t.recordHistograms(exemplarContext(sc), s, h, as)
 		t.recordCounts(&c, as)
 	}
+	if r.en.last == 0 {
+		observedThroughput(r, s)
+	}
 	t.stats.addRequest(queries, hits)
+}
+
+// observedThroughput adds to the stats log's throughput the tokens of a
+// request no engine reported (an HTTP observer's: the middleware, the
+// proxy), which no PREFILLING or DECODING counted: the output of a
+// response in one piece (a stream's deliveries were counted as they came),
+// and, once the response showed output, the prompt tokens the server
+// computed (not those its usage says it read from a cache), as the engine's
+// PREFILLINGs count them. A request that produced nothing may never have
+// reached a model: its prompt is not throughput.
+func observedThroughput(r *reqState, s *RequestStats) {
+	if d := int64(s.NumOutputTokens) - r.feTokens; d > 0 {
+		r.sh.genTok.Add(d)
+	}
+	if s.NumOutputTokens == 0 || !s.NumPromptTokens.Valid {
+		return
+	}
+	p := s.NumPromptTokens.N
+	if s.CachedFromUsage {
+		p -= s.NumCachedTokens.N
+	}
+	if p > 0 {
+		r.sh.promptTok.Add(int64(p))
+	}
 }
 
 // recordCounts adds a finished request's counts through the MeterProvider.
