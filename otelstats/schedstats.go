@@ -56,7 +56,7 @@ func (t *Tracker) recordSched(ns int64, s *SchedulerStats) error {
 		}
 	}
 	t.stats.mu.Lock()
-	t.stats.running, t.stats.waiting, t.stats.kv = s.Running, s.Waiting, s.KVCacheUsage
+	t.stats.running, t.stats.waiting, t.stats.kv, t.stats.sched = s.Running, s.Waiting, s.KVCacheUsage, true
 	t.stats.mu.Unlock()
 	t.stats.maybeLog(ns)
 	return nil
@@ -88,7 +88,11 @@ type Stats struct {
 	// Throughputs in tokens per second over the interval.
 	PromptThroughput     float64
 	GenerationThroughput float64
-	Running, Waiting     int
+	// Running, Waiting and KVCacheUsage are the latest scheduler stats
+	// (RecordSchedulerStats, Step.Stats); not SchedulerValid before any
+	// was recorded (an HTTP observer has none), when they are unknown.
+	Running, Waiting int
+	SchedulerValid   bool
 	// Preemptions in the interval.
 	Preemptions  int64
 	KVCacheUsage float64
@@ -113,9 +117,14 @@ func (s Stats) String() string {
 	if s.HitRateValid {
 		hr = fmt.Sprintf("%.1f%%", 100*s.HitRate)
 	}
+	running, waiting, kv := "n/a", "n/a", "n/a"
+	if s.SchedulerValid {
+		running, waiting = fmt.Sprintf("%d reqs", s.Running), fmt.Sprintf("%d reqs", s.Waiting)
+		kv = fmt.Sprintf("%.1f%%", 100*s.KVCacheUsage)
+	}
 	line := fmt.Sprintf("Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "+
-		"Running: %d reqs, Waiting: %d reqs, Preemptions: %d, KV cache usage: %.1f%%, Prefix cache hit rate: %s",
-		s.PromptThroughput, s.GenerationThroughput, s.Running, s.Waiting, s.Preemptions, 100*s.KVCacheUsage, hr)
+		"Running: %s, Waiting: %s, Preemptions: %d, KV cache usage: %s, Prefix cache hit rate: %s",
+		s.PromptThroughput, s.GenerationThroughput, running, waiting, s.Preemptions, kv, hr)
 	// As vLLM's SpecDecoding and KV connector lines, when there was any.
 	if s.SpecSteps > 0 && s.SpecDrafted > 0 {
 		line += fmt.Sprintf(", Spec decode draft acceptance rate: %.1f%%, mean acceptance length: %.2f",
@@ -143,6 +152,7 @@ type statsLog struct {
 	finished, lastFinished int64
 	running, waiting       int
 	kv                     float64
+	sched                  bool                     // scheduler stats were recorded: running, waiting and kv are known
 	ring                   [recentRequests][2]int64 // queries, hits
 	pos, filled            int
 	serving                Stats // the interval's SPEC §7–8 sums, from finished requests
@@ -230,11 +240,16 @@ func (l *statsLog) maybeLog(ns int64) {
 	rec.AddAttrs(
 		slog.Float64("prompt_tokens_per_s", s.PromptThroughput),
 		slog.Float64("generation_tokens_per_s", s.GenerationThroughput),
-		slog.Int("running", s.Running),
-		slog.Int("waiting", s.Waiting),
-		slog.Int64("preemptions", s.Preemptions),
-		slog.Float64("kv_cache_usage", s.KVCacheUsage),
 	)
+	// Running, waiting and KV-cache usage are absent without scheduler
+	// stats, never 0.
+	if s.SchedulerValid {
+		rec.AddAttrs(slog.Int("running", s.Running), slog.Int("waiting", s.Waiting))
+	}
+	rec.AddAttrs(slog.Int64("preemptions", s.Preemptions))
+	if s.SchedulerValid {
+		rec.AddAttrs(slog.Float64("kv_cache_usage", s.KVCacheUsage))
+	}
 	if s.HitRateValid { // absent before any request was scheduled, never 0
 		rec.AddAttrs(slog.Float64("prefix_cache_hit_rate", s.HitRate))
 	}
@@ -253,6 +268,7 @@ func (l *statsLog) snapshot(ns int64) Stats {
 		GenerationThroughput: float64(gen-l.gen) / secs,
 		Running:              l.running,
 		Waiting:              l.waiting,
+		SchedulerValid:       l.sched,
 		Preemptions:          pre - l.preempts,
 		KVCacheUsage:         l.kv,
 		Finished:             l.finished - l.lastFinished,

@@ -1,9 +1,11 @@
 package otelstats
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +52,47 @@ func TestStatsLogObserverThroughput(t *testing.T) {
 	}
 	h.wantCounter(attributes.MetricGenerationTokens, 23)
 	h.wantCounter(attributes.MetricPromptTokens, 640)
+}
+
+// TestStatsLogWithoutSchedulerStats: running, waiting and KV-cache usage
+// come from the engine's scheduler stats (SPEC §4); a tracker that never
+// got any (an HTTP observer, the proxy, an update log without them) does
+// not know them. Its line says n/a and its record has no such attributes,
+// as for the hit rate before any request was scheduled — not "Running: 0
+// reqs" and "KV cache usage: 0.0%" while requests are in flight (SPEC §2:
+// absent, never zero).
+func TestStatsLogWithoutSchedulerStats(t *testing.T) {
+	var logs bytes.Buffer
+	h := newHarness(t, WithStatsLog(slog.New(slog.NewJSONHandler(&logs, nil)), time.Second))
+	h.tr.stats.maybeLog(at(0).UnixNano()) // starts the first interval
+	h.feed([]Update{arrived("a", 10, "m", "chat"), inputProcessed("a", 11, 100), detok("a", 50, 1, 0)})
+	h.tr.stats.maybeLog(at(1000).UnixNano())
+	s := h.tr.LastStats()
+	if s.Interval != time.Second {
+		t.Fatalf("no stats line for [0, 1 s]: %+v", s)
+	}
+	if s.SchedulerValid {
+		t.Error("SchedulerValid without any scheduler stats")
+	}
+	line := s.String()
+	for _, want := range []string{"Running: n/a", "Waiting: n/a", "KV cache usage: n/a"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("line %q: want %q", line, want)
+		}
+	}
+	for _, key := range []string{`"running"`, `"waiting"`, `"kv_cache_usage"`} {
+		if strings.Contains(logs.String(), key) {
+			t.Errorf("log %q: want no %s", logs.String(), key)
+		}
+	}
+
+	// Once the engine reports them, they are what it said, 0 included.
+	logs.Reset()
+	_ = h.tr.RecordSchedulerStats(at(1500), SchedulerStats{Running: 0, Waiting: 2, KVCacheUsage: 0.25})
+	_ = h.tr.RecordSchedulerStats(at(2000), SchedulerStats{Running: 0, Waiting: 2, KVCacheUsage: 0.25})
+	s = h.tr.LastStats()
+	if !s.SchedulerValid || !strings.Contains(s.String(), "Running: 0 reqs, Waiting: 2 reqs") ||
+		!strings.Contains(s.String(), "KV cache usage: 25.0%") || !strings.Contains(logs.String(), `"running":0`) {
+		t.Errorf("after scheduler stats: %q, log %q", s.String(), logs.String())
+	}
 }
