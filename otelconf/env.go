@@ -49,6 +49,9 @@ type selection struct {
 	// exporter over what it reads itself (otlpTimeout).
 	timeout    time.Duration
 	timeoutSet bool
+	// gzip is the compression variables' gzip in any case, given to the
+	// OTLP exporter over its own reading (otlpCompression).
+	gzip bool
 	// override, with otlp, is the URL given to the exporter over what it
 	// reads itself: Config.TracesEndpoint, or the specification's default
 	// endpoint when no endpoint variable is set.
@@ -129,6 +132,7 @@ func selectSignal(signal, override string) (selection, error) {
 		return s, err
 	}
 	s.timeout, s.timeoutSet = otlpTimeout(s.suffix)
+	s.gzip = otlpCompression(s.suffix)
 	if override != "" {
 		if s.override, err = overrideURL(override, s.protocol, signal); err != nil {
 			return s, err
@@ -265,6 +269,27 @@ func otlpTimeout(suffix string) (d time.Duration, set bool) {
 		return defaultOTLPTimeout, true
 	}
 	return 0, false
+}
+
+// otlpCompression reads the per-signal compression variable, else the
+// general one, as the specification's enum: gzip or none in any case; a
+// value not recognised is warned about and ignored. Its answer goes to the
+// exporter in code: the exporter's own reading compressed only for the
+// exact "gzip" and took any other value as none without a word.
+func otlpCompression(suffix string) (gzip bool) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + suffix + "_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION"} {
+		v := getenvTrim(k)
+		switch strings.ToLower(v) {
+		case "":
+			continue
+		case "gzip":
+			return true
+		case "none":
+			return false
+		}
+		otel.Handle(fmt.Errorf("otelconf: %s=%q: want gzip or none; ignored", k, v))
+	}
+	return false
 }
 
 // otlpEndpoint is where the OTLP exporter will send, resolved as the

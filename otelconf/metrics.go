@@ -96,6 +96,9 @@ func newMetricReader(ctx context.Context, sel selection, agg *otelstats.Aggregat
 		if sel.timeoutSet {
 			opts = append(opts, otlpmetricgrpc.WithTimeout(sel.timeout))
 		}
+		if sel.gzip {
+			opts = append(opts, otlpmetricgrpc.WithCompressor("gzip"))
+		}
 		exp, err = otlpmetricgrpc.New(ctx, opts...)
 	} else {
 		var opts []otlpmetrichttp.Option
@@ -104,6 +107,9 @@ func newMetricReader(ctx context.Context, sel selection, agg *otelstats.Aggregat
 		}
 		if sel.timeoutSet {
 			opts = append(opts, otlpmetrichttp.WithTimeout(sel.timeout))
+		}
+		if sel.gzip {
+			opts = append(opts, otlpmetrichttp.WithCompression(otlpmetrichttp.GzipCompression))
 		}
 		exp, err = otlpmetrichttp.New(ctx, opts...)
 	}

@@ -44,6 +44,9 @@ func newSpanExporter(ctx context.Context, sel selection) (sdktrace.SpanExporter,
 		if sel.timeoutSet {
 			opts = append(opts, otlptracegrpc.WithTimeout(sel.timeout))
 		}
+		if sel.gzip {
+			opts = append(opts, otlptracegrpc.WithCompressor("gzip"))
+		}
 		client = otlptracegrpc.NewClient(opts...)
 	} else {
 		var opts []otlptracehttp.Option
@@ -52,6 +55,9 @@ func newSpanExporter(ctx context.Context, sel selection) (sdktrace.SpanExporter,
 		}
 		if sel.timeoutSet {
 			opts = append(opts, otlptracehttp.WithTimeout(sel.timeout))
+		}
+		if sel.gzip {
+			opts = append(opts, otlptracehttp.WithCompression(otlptracehttp.GzipCompression))
 		}
 		client = otlptracehttp.NewClient(opts...)
 	}
