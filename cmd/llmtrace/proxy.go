@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmtrace/llmtrace/internal/connlimit"
@@ -206,8 +207,17 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 		_ = prov.Shutdown(context.Background())
 		return err
 	}
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout,
-		IdleTimeout: c.idleTimeout, MaxHeaderBytes: c.maxHeaderBytes, ConnState: l.ConnState}
+	// Every request's context derives from base, so that the cut at the
+	// drain's end also ends the requests' upstream calls (and upgraded
+	// connections, which Shutdown does not track); handlers counts the
+	// handlers still running, which must record their requests' ends
+	// before the tracker shuts down.
+	base, cutAll := context.WithCancel(context.Background())
+	defer cutAll()
+	var handlers inFlight
+	srv := &http.Server{Handler: handlers.wrap(p), ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout,
+		IdleTimeout: c.idleTimeout, MaxHeaderBytes: c.maxHeaderBytes, ConnState: l.ConnState,
+		BaseContext: func(net.Listener) context.Context { return base }}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(l) }()
 	var msrv *http.Server
@@ -228,7 +238,18 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	defer cancel()
 	if srv.Shutdown(sctx) != nil {
 		p.Closing() // the streams cut now end as unfinished, not aborted
+		cutAll()
 		_ = srv.Close()
+	} else if handlers.n.Load() > 0 {
+		p.Closing() // hijacked (upgraded) connections: Shutdown leaves them
+		cutAll()
+	}
+	// Close does not wait for the handlers it cut: their requests' ends
+	// (the tokens they delivered, the time of the cut) are recorded as
+	// they return, and the tracker's Shutdown would otherwise end those
+	// requests first, at their last known time.
+	if !handlers.wait(handlerExitWait) {
+		logger.Warn("handlers still running after the cut", "n", handlers.n.Load())
 	}
 	if msrv != nil {
 		_ = msrv.Close()
@@ -324,4 +345,32 @@ func spansOut(name string, stdout io.Writer, cfg *otelconf.Config) (dropped func
 	proc := spanlog.New(w, w != stdout)
 	cfg.SpanProcessors = append(cfg.SpanProcessors, proc)
 	return proc.Dropped, nil
+}
+
+// handlerExitWait bounds how long the proxy waits, after cutting the
+// requests still running at the drain's end, for their handlers to return.
+const handlerExitWait = 5 * time.Second
+
+// inFlight counts the handlers running.
+type inFlight struct{ n atomic.Int64 }
+
+func (f *inFlight) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.n.Add(1)
+		defer f.n.Add(-1)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// wait polls until no handler runs or d passes; it reports whether none
+// runs.
+func (f *inFlight) wait(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for f.n.Load() > 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }

@@ -129,3 +129,79 @@ func TestProxyUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyDrainCut: a stream still running when -drain passes is cut and
+// ends as unfinished with what it delivered (its tokens, its end at the
+// cut), and the proxy exits 0. The handlers the cut ends must finish
+// recording before the tracker shuts down: otherwise the tracker ends the
+// request itself at its last known time, with the tokens not yet settled,
+// and the proxy's own finish is rejected.
+func TestProxyDrainCut(t *testing.T) {
+	// Tokens far apart, as a long prefill or a busy engine makes them:
+	// the handler learns of the cut no sooner than the next one.
+	const gap = 400 * time.Millisecond
+	upDone := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-upDone:
+				return
+			case <-time.After(gap):
+			}
+			fmt.Fprint(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer up.Close()
+	defer close(upDone)
+	statsFile := filepath.Join(t.TempDir(), "stats.jsonl")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan string, 1)
+	done := make(chan int)
+	var stderr bytes.Buffer
+	go func() {
+		done <- runProxy(ctx, []string{"-listen", "127.0.0.1:0", "-upstream", up.URL, "-stats-out", statsFile,
+			"-stats-log", "0", "-models", "llama", "-drain", "300ms"}, io.Discard, &stderr, func(a string) { addrc <- a })
+	}()
+	addr := <-addrc
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	start := time.Now()
+	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got := 0
+	buf := make([]byte, 4096)
+	for got < 3 {
+		n, err := resp.Body.Read(buf)
+		got += bytes.Count(buf[:n], []byte(`"content":"a"`))
+		if err != nil {
+			t.Fatalf("after %d chunks: %v", got, err)
+		}
+	}
+	cancel()
+	go io.Copy(io.Discard, resp.Body)
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	elapsed := time.Since(start).Seconds()
+	stats := readStats(t, statsFile)
+	if len(stats) != 1 {
+		t.Fatalf("%d stats lines, want 1; stderr:\n%s", len(stats), stderr.String())
+	}
+	for _, s := range stats {
+		e2e, _ := s["e2e_latency_s"].(float64)
+		n, _ := s["num_output_tokens"].(float64)
+		if s["finish_reason"] != "unfinished" || n < 3 || e2e < 0.3 || e2e > elapsed {
+			t.Errorf("stats %v\nwant unfinished, ≥ 3 tokens, e2e between the drain (0.3 s) and %.3f s\nstderr:\n%s", s, elapsed, stderr.String())
+		}
+	}
+}
