@@ -112,6 +112,7 @@ func TestLoadInterrupt(t *testing.T) {
 			}
 			if tc.twice {
 				errw.waitLine(t, "finishing")
+				time.Sleep(sameSignal + 50*time.Millisecond) // not the first delivered twice
 				if err := cmd.Process.Signal(os.Interrupt); err != nil {
 					t.Fatal(err)
 				}
