@@ -172,7 +172,7 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 		logger.Info("debug endpoints", "listen", addr)
 	}
 	cfg := otelconf.Config{ServiceName: "llmtrace-proxy", Prometheus: ml != nil}
-	spansDropped, err := spansOut(c.spansOut, stdout, &cfg)
+	spansDropped, spansClose, err := spansOut(c.spansOut, stdout, &cfg)
 	if err != nil {
 		return err
 	}
@@ -258,11 +258,30 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	if st := l.Stats(); st.Refused+st.Evicted > 0 {
 		logger.Warn("client connections over -max-conns", "evicted_idle", st.Evicted, "refused", st.Refused)
 	}
-	fctx, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	fctx, cancel2 := context.WithTimeout(context.Background(), exitFlushWait)
 	defer cancel2()
 	_ = tracker.Shutdown(fctx)
+	// The local files before the export, each within its own bound: an
+	// endpoint that is down or silent may take the export's whole bound,
+	// and the providers' Shutdown skips the -spans-out processor once it
+	// has passed. No span ends any more: the handlers have returned and
+	// the tracker is shut down.
+	var sinkErr, spansErr error
+	if sink != nil {
+		lctx, cancel := context.WithTimeout(context.Background(), exitFlushWait)
+		sinkErr = sink.close(lctx)
+		cancel()
+	}
+	if spansClose != nil {
+		lctx, cancel := context.WithTimeout(context.Background(), exitFlushWait)
+		spansErr = spansClose(lctx)
+		cancel()
+	}
 	if serr := prov.Shutdown(fctx); serr != nil {
 		logger.Warn("export", "err", serr)
+	}
+	if spansErr != nil {
+		logger.Warn("-spans-out", "err", spansErr)
 	}
 	if n := spansDropped(); n > 0 {
 		logger.Warn("-spans-out", "err", fmt.Sprintf("%d spans dropped: the reader did not keep up", n))
@@ -270,13 +289,15 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	if sum := prov.Summary(); sum != "" {
 		logger.Info("export summary: " + sum)
 	}
-	if sink != nil {
-		if serr := sink.close(fctx); serr != nil {
-			logger.Warn("-stats-out", "err", serr)
-		}
+	if sinkErr != nil {
+		logger.Warn("-stats-out", "err", sinkErr)
 	}
 	return err
 }
+
+// exitFlushWait bounds each part of the proxy's exit flush: the tracker
+// and the export together, and each local output (-stats-out, -spans-out).
+var exitFlushWait = 10 * time.Second
 
 func (c *proxyConfig) proxyOptions(prov *otelconf.Providers, t http.RoundTripper, logger *slog.Logger) []openaihttp.Option {
 	opts := []openaihttp.Option{
@@ -328,23 +349,25 @@ func proxyModels(ctx context.Context, c *proxyConfig, t http.RoundTripper, logge
 }
 
 // spansOut adds the -spans-out writer to cfg; its lines reach the file
-// within a second (lineout), and the providers' Shutdown writes the rest.
+// within a second (lineout); close writes the rest and closes the file
+// (nil without -spans-out), once no span can end any more: the providers'
+// Shutdown would too, unless the export took its whole bound first.
 // dropped says how many spans a reader that did not keep up cost.
-func spansOut(name string, stdout io.Writer, cfg *otelconf.Config) (dropped func() int64, err error) {
+func spansOut(name string, stdout io.Writer, cfg *otelconf.Config) (dropped func() int64, close func(context.Context) error, err error) {
 	if name == "" {
-		return func() int64 { return 0 }, nil
+		return func() int64 { return 0 }, nil, nil
 	}
 	w := stdout
 	if name != "-" {
 		f, err := os.Create(name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		w = f
 	}
 	proc := spanlog.New(w, w != stdout)
 	cfg.SpanProcessors = append(cfg.SpanProcessors, proc)
-	return proc.Dropped, nil
+	return proc.Dropped, proc.Shutdown, nil
 }
 
 // handlerExitWait bounds how long the proxy waits, after cutting the

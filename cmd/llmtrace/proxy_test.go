@@ -205,3 +205,70 @@ func TestProxyDrainCut(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyExitBackendSilent: an OTLP endpoint that accepts and never
+// answers takes the whole exit bound; the -stats-out and -spans-out lines
+// of the last requests are written all the same, before the export, and
+// no -stats-out failure is reported for the export's lost time.
+func TestProxyExitBackendSilent(t *testing.T) {
+	silent := startSilent(t)
+	for k, v := range map[string]string{
+		"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + silent.Addr().String(),
+		"OTEL_BSP_EXPORT_TIMEOUT": "600000", "OTEL_EXPORTER_OTLP_TIMEOUT": "600000", "OTEL_BSP_SCHEDULE_DELAY": "600000",
+	} {
+		t.Setenv(k, v)
+	}
+	defer func(d time.Duration) { exitFlushWait = d }(exitFlushWait)
+	exitFlushWait = time.Second
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, c := range []string{`{"choices":[{"delta":{"content":"a"}}]}`, `{"choices":[{"delta":{"content":"b"},"finish_reason":"stop"}]}`, `[DONE]`} {
+			fmt.Fprintf(w, "data: %s\n\n", c)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	statsFile, spansFile := filepath.Join(dir, "stats.jsonl"), filepath.Join(dir, "spans.jsonl")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrc := make(chan string, 1)
+	done := make(chan int)
+	var stderr lockedBuffer
+	go func() {
+		done <- runProxy(ctx, []string{"-listen", "127.0.0.1:0", "-upstream", up.URL, "-stats-out", statsFile, "-spans-out", spansFile,
+			"-stats-log", "0", "-models", "llama"}, io.Discard, &stderr, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case code := <-done:
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama","stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if s := readStats(t, statsFile); len(s) != 1 {
+		t.Errorf("%d stats lines, want 1", len(s))
+	}
+	f, err := os.Open(spansFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if sp, _ := spanlog.Read(f); len(sp) == 0 {
+		t.Errorf("no spans in -spans-out")
+	}
+	if strings.Contains(stderr.String(), "-stats-out") {
+		t.Errorf("a -stats-out failure reported:\n%s", stderr.String())
+	}
+}
