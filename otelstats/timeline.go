@@ -48,8 +48,16 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 		}
 	}
 	tl.Encodes = encodes
+	var delivered uint64 // bit i: run i's first token is a delivery (maxRuns is 64)
 	for i := range r.runs {
-		runs = append(runs, t.timelineRun(r, i, tb))
+		run, fe := t.timelineRun(r, i, tb)
+		if fe {
+			delivered |= 1 << i
+		}
+		runs = append(runs, run)
+	}
+	if r.extra != nil && r.detail >= DetailTokens && r.feDeliv > 0 {
+		placeDeliveries(r.extra.deliveries, runs, delivered)
 	}
 	tl.Runs = runs
 	if r.detokCount > 0 {
@@ -66,10 +74,11 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 	}
 }
 
-// timelineRun is run i of r as the span builder takes it.
-func (t *Tracker) timelineRun(r *reqState, i int, tb *treeBuf) spans.Run {
+// timelineRun is run i of r as the span builder takes it, and whether its
+// first token is the frontend's delivery.
+func (t *Tracker) timelineRun(r *reqState, i int, tb *treeBuf) (spans.Run, bool) {
 	rr := &r.runs[i]
-	first, toks := rr.enFirst, rr.enTokens
+	first, toks, delivered := rr.enFirst, rr.enTokens, false
 	if r.feDeliv > 0 {
 		fe, ft := rr.feFirst, rr.feTokens
 		if n, holdsFirst := r.unplacedShare(i); n > 0 {
@@ -81,7 +90,7 @@ func (t *Tracker) timelineRun(r *reqState, i int, tb *treeBuf) spans.Run {
 			}
 		}
 		if fe != 0 {
-			first, toks = fe, ft
+			first, toks, delivered = fe, ft, true
 		}
 	}
 	run := spans.Run{
@@ -109,11 +118,12 @@ func (t *Tracker) timelineRun(r *reqState, i int, tb *treeBuf) spans.Run {
 	if r.extra != nil && r.detail >= DetailSteps {
 		r.runDetail(i, &run)
 	}
-	return run
+	return run, delivered
 }
 
-// runDetail adds detail levels 2 and 3 to run i: its engine steps, and its
-// token times (the frontend's deliveries, else the engine's steps).
+// runDetail adds detail levels 2 and 3 to run i: its engine steps, and,
+// when no frontend delivered tokens, its token times from those steps
+// (placeDeliveries places the frontend's).
 func (r *reqState) runDetail(i int, run *spans.Run) {
 	x := r.extra
 	lo, hi := r.runs[i].start, int64(math.MaxInt64)
@@ -125,19 +135,40 @@ func (r *reqState) runDetail(i int, run *spans.Run) {
 			run.Steps = append(run.Steps, spans.StepEvent{Time: st.time, Index: st.index, BatchSize: int(st.batch)})
 		}
 	}
-	if r.detail < DetailTokens {
-		return
-	}
-	if r.feDeliv == 0 {
+	if r.detail >= DetailTokens && r.feDeliv == 0 {
 		for _, st := range run.Steps {
 			run.TokenTimes = append(run.TokenTimes, st.Time)
 		}
-		return
 	}
-	for _, d := range x.deliveries {
-		if d >= lo && d < hi || i == 0 && d < lo {
-			run.TokenTimes = append(run.TokenTimes, d)
+}
+
+// placeDeliveries gives each run whose first token is a frontend delivery
+// (bit i of delivered) its deliveries ds, in time order, as token times
+// (DetailTokens). A delivery belongs to the run that made its tokens, and
+// runs' tokens are delivered in run order, so a run's deliveries are those
+// from its first token up to the next such run's first token — also those
+// that came after the next run began (a run preempted and resumed before
+// its last token reached the client). A window of the run's own engine
+// time would hand those to the next segment, whose token count does not
+// include them, at an offset before its start.
+func placeDeliveries(ds []int64, runs []spans.Run, delivered uint64) {
+	k := 0
+	for i := range runs {
+		if delivered&(1<<i) == 0 {
+			continue
 		}
+		next := int64(math.MaxInt64)
+		for j := i + 1; j < len(runs); j++ {
+			if delivered&(1<<j) != 0 {
+				next = runs[j].FirstToken
+				break
+			}
+		}
+		from := k
+		for k < len(ds) && ds[k] < next {
+			k++
+		}
+		runs[i].TokenTimes = ds[from:k:k]
 	}
 }
 
