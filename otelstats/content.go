@@ -9,7 +9,8 @@ import (
 // prompt, no completion, no token ids — only counts and times.
 type ContentCapture struct {
 	// MaxBytes caps each recorded text (input and output), cut at a rune
-	// boundary and marked with "…[truncated]"; 0 means DefaultContentMax.
+	// boundary and marked with "…[truncated]" (unmarked when the cap is
+	// smaller than the mark); 0 means DefaultContentMax.
 	MaxBytes int
 	// Redact, when set, rewrites each text before it is kept (e.g. to mask
 	// e-mail addresses or keys). It runs before the cap.
@@ -75,9 +76,19 @@ func (c *ContentCapture) prepare(s string) string {
 		return s
 	}
 	const mark = "…[truncated]"
-	cut := max(c.MaxBytes-len(mark), 0)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	if c.MaxBytes < len(mark) {
+		// No room for the mark: the cap is what the user asked for
+		// (SPEC §6), so the head alone.
+		return s[:runeCut(s, c.MaxBytes)]
 	}
-	return s[:cut] + mark
+	return s[:runeCut(s, c.MaxBytes-len(mark))] + mark
+}
+
+// runeCut is the largest n' <= n (n < len(s)) that does not cut a rune of s
+// in two.
+func runeCut(s string, n int) int {
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return n
 }
