@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -77,8 +78,8 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 	fs.BoolVar(&c.trust, "trust-traceparent", false, "let callers' traceparent sampled flag decide whether a trace is kept (SPEC §6)")
 	fs.BoolVar(&c.public, "public", false, "a public endpoint: never join a caller's trace; start a new one linked to the caller's span")
 	fs.BoolVar(&c.serverTiming, "server-timing", false, "tell clients their request's queue, ttft, prefill, decode and e2e times and traceparent (Server-Timing header; trailer on streams)")
-	fs.Float64Var(&c.stall.Factor, "stall-factor", openaihttp.DefaultStallFactor, "a gap between chunks this many times the request's median gap is a stall…")
-	fs.DurationVar(&c.stall.Min, "stall-min", openaihttp.DefaultStallMin, "…when it is also longer than this")
+	fs.Float64Var(&c.stall.Factor, "stall-factor", openaihttp.DefaultStallFactor, "a gap between chunks this many times the request's median gap is a stall… (> 0)")
+	fs.DurationVar(&c.stall.Min, "stall-min", openaihttp.DefaultStallMin, "…when it is also longer than this (> 0)")
 	models := fs.String("models", "", "comma-separated models that keep their own metric series (default: the upstream's /v1/models)")
 	fs.DurationVar(&c.modelsWait, "models-wait", 10*time.Second, "without -models, how long to ask the upstream's /v1/models at start (0: don't; then the first 64 models whose requests succeed keep their series)")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address")
@@ -110,12 +111,27 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 		switch {
 		case *upstream == "":
 			return nil, errors.New("-upstream is required")
+		case err != nil && !strings.Contains(*upstream, "://"):
+			// 127.0.0.1:8000 does not parse at all ("first path
+			// segment in URL cannot contain colon").
+			return nil, fmt.Errorf("-upstream %q: want http://host:port or https://host:port, with an optional base path", *upstream)
 		case err != nil:
 			return nil, fmt.Errorf("-upstream %q: %v", *upstream, err)
 		case up.Scheme != "http" && up.Scheme != "https" || up.Host == "":
 			return nil, fmt.Errorf("-upstream %q: want http://host:port or https://host:port, with an optional base path", *upstream)
 		case c.maxHeaderBytes <= 0 || c.bodyBudget <= 0 || c.eventLimit <= 0:
 			return nil, errors.New("-max-header-bytes, -body-budget and -event-limit must be positive")
+		case !(c.stall.Factor > 0) || math.IsInf(c.stall.Factor, 1): // NaN fails > too
+			return nil, fmt.Errorf("-stall-factor must be a finite number > 0 (got %v)", c.stall.Factor)
+		case c.stall.Min <= 0:
+			// The library reads 0 as its default, 100 ms: say so rather
+			// than run with a bound the user did not ask for.
+			return nil, fmt.Errorf("-stall-min must be > 0 (got %v)", c.stall.Min)
+		case c.transport.ResponseHeaderTimeout <= 0 || c.transport.DialTimeout <= 0:
+			// Likewise: 0 would be the default (10 min, 10 s), not "none".
+			return nil, errors.New("-upstream-header-timeout and -upstream-dial-timeout must be > 0")
+		case c.drain < 0 || c.statsLog < 0 || c.modelsWait < 0 || c.readHeaderTimeout < 0 || c.readTimeout < 0 || c.idleTimeout < 0 || c.maxConns < 0:
+			return nil, errors.New("-drain, -stats-log, -models-wait, -read-header-timeout, -read-timeout, -idle-timeout and -max-conns must be ≥ 0")
 		case sameFile(c.statsOut, c.spansOut):
 			return nil, fmt.Errorf("-stats-out and -spans-out name one file, %s: each writes its own", c.statsOut)
 		}

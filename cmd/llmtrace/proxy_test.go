@@ -122,6 +122,19 @@ func TestProxyUsage(t *testing.T) {
 		{[]string{"-upstream", "ftp://x"}, "want http://host:port"},
 		{[]string{"-upstream", "http://x", "-body-budget", "0"}, "must be positive"},
 		{[]string{"-upstream", "http://x", "-no-such-flag"}, "not defined"},
+		// Values the library would replace with its defaults, or read
+		// as something else than the user meant, are refused.
+		{[]string{"-upstream", "127.0.0.1:8000"}, "want http://host:port"},
+		{[]string{"-upstream", "http://x", "-stall-factor", "0"}, "-stall-factor must be a finite number > 0"},
+		{[]string{"-upstream", "http://x", "-stall-factor", "-2"}, "-stall-factor must be a finite number > 0"},
+		{[]string{"-upstream", "http://x", "-stall-factor", "NaN"}, "-stall-factor must be a finite number > 0"},
+		{[]string{"-upstream", "http://x", "-stall-min", "0s"}, "-stall-min must be > 0"},
+		{[]string{"-upstream", "http://x", "-upstream-header-timeout", "0s"}, "-upstream-header-timeout and -upstream-dial-timeout must be > 0"},
+		{[]string{"-upstream", "http://x", "-upstream-dial-timeout", "-1s"}, "-upstream-header-timeout and -upstream-dial-timeout must be > 0"},
+		{[]string{"-upstream", "http://x", "-drain", "-1s"}, "must be ≥ 0"},
+		{[]string{"-upstream", "http://x", "-models-wait", "-1s"}, "must be ≥ 0"},
+		{[]string{"-upstream", "http://x", "-read-timeout", "-1s"}, "must be ≥ 0"},
+		{[]string{"-upstream", "http://x", "-max-conns", "-1"}, "must be ≥ 0"},
 	} {
 		var stderr bytes.Buffer
 		if code := runProxy(context.Background(), c.args, io.Discard, &stderr, nil); code != 2 || !strings.Contains(stderr.String(), c.says) {
