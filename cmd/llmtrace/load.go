@@ -88,8 +88,8 @@ func loadFlags(args []string, stderr io.Writer) (o loadgen.Options, code int, ok
 		return usageErr("unexpected arguments %q", fs.Args())
 	case !(c.Rate >= 0) || math.IsInf(c.Rate, 1): // NaN fails ≥ too
 		return usageErr("-rate must be a finite number ≥ 0 (got %v)", c.Rate)
-	case c.Duration <= 0 || c.InFlight <= 0 || c.PromptTokens <= 0 || c.OutputTokens <= 0 || c.StepTime < 0 || c.MaxWaiting < 0 || o.MaxLevels <= 0:
-		return usageErr("-step-time, -max-waiting must be ≥ 0; -duration, -in-flight, -prompt-tokens, -output-tokens, -levels > 0")
+	case c.Duration <= 0 || c.InFlight <= 0 || c.PromptTokens <= 0 || c.OutputTokens <= 0 || c.StepTime < 0 || c.MaxWaiting < 0 || o.MaxLevels <= 0 || o.Progress < 0:
+		return usageErr("-step-time, -max-waiting, -progress must be ≥ 0; -duration, -in-flight, -prompt-tokens, -output-tokens, -levels > 0")
 	}
 	return o, 0, true
 }

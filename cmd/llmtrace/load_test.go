@@ -77,6 +77,7 @@ func TestLoadUsage(t *testing.T) {
 		{"NaN rate", []string{"-endpoint", "127.0.0.1:1", "-rate", "NaN"}, "-rate"},
 		{"infinite rate", []string{"-endpoint", "127.0.0.1:1", "-rate", "+Inf"}, "-rate"},
 		{"negative max-waiting", []string{"-endpoint", "127.0.0.1:1", "-max-waiting", "-1"}, "-max-waiting"},
+		{"negative progress", []string{"-endpoint", "127.0.0.1:1", "-progress", "-1s"}, "-progress"},
 		{"extra argument", []string{"-endpoint", "127.0.0.1:1", "more"}, "unexpected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
