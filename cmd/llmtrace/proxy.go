@@ -168,21 +168,21 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	nl, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		return err
+		return fmt.Errorf("-listen: %w", err)
 	}
 	l := connlimit.New(nl, c.maxConns)
 	defer l.Close()
 	var ml net.Listener
 	if c.metricsListen != "" {
 		if ml, err = net.Listen("tcp", c.metricsListen); err != nil {
-			return err
+			return fmt.Errorf("-metrics-listen: %w", err)
 		}
 		defer ml.Close()
 	}
 	if c.debugListen != "" {
 		addr, stop, err := debugsrv.Serve(c.debugListen)
 		if err != nil {
-			return err
+			return fmt.Errorf("-debug-listen: %w", err)
 		}
 		defer stop()
 		logger.Info("debug endpoints", "listen", addr)
@@ -190,7 +190,7 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	cfg := otelconf.Config{ServiceName: "llmtrace-proxy", Prometheus: ml != nil}
 	spansDropped, spansClose, err := spansOut(c.spansOut, stdout, &cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("-spans-out: %w", err)
 	}
 	prov, err := otelconf.Setup(ctx, cfg)
 	if err != nil {
@@ -208,7 +208,7 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	if c.statsOut != "" {
 		if sink, err = openStatsSink(c.statsOut, stdout, true); err != nil {
 			_ = prov.Shutdown(context.Background())
-			return err
+			return fmt.Errorf("-stats-out: %w", err)
 		}
 		opts = append(opts, otelstats.WithOnFinish(sink.write))
 	}

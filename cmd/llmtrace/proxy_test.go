@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -283,5 +284,33 @@ func TestProxyExitBackendSilent(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "-stats-out") {
 		t.Errorf("a -stats-out failure reported:\n%s", stderr.String())
+	}
+}
+
+// TestProxyStartErrors: an address in use or a file that cannot be
+// created fails the start with status 1, naming the flag (three flags
+// take an address).
+func TestProxyStartErrors(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().String()
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"-listen", busy}, "-listen: listen tcp " + busy},
+		{[]string{"-listen", "127.0.0.1:0", "-metrics-listen", busy}, "-metrics-listen: listen tcp " + busy},
+		{[]string{"-listen", "127.0.0.1:0", "-debug-listen", busy}, "-debug-listen: listen tcp " + busy},
+		{[]string{"-listen", "127.0.0.1:0", "-stats-out", "/nonexistent/s.jsonl"}, "-stats-out: open /nonexistent/s.jsonl"},
+		{[]string{"-listen", "127.0.0.1:0", "-spans-out", "/nonexistent/s.jsonl"}, "-spans-out: open /nonexistent/s.jsonl"},
+	} {
+		var stderr bytes.Buffer
+		args := append([]string{"-upstream", "http://127.0.0.1:1", "-models", "m", "-stats-log", "0"}, c.args...)
+		if code := runProxy(context.Background(), args, io.Discard, &stderr, func(string) { t.Errorf("%v: serving", c.args) }); code != 1 || !strings.Contains(stderr.String(), c.says) {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", c.args, code, stderr.String(), c.says)
+		}
 	}
 }
