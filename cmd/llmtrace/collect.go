@@ -355,15 +355,18 @@ func (r *collectRun) setup(ctx context.Context, cfg *collectConfig, stdout io.Wr
 }
 
 // teardown ends what setup opened, in order: the tracker (what is in
-// flight ends as unfinished), the providers (export), the outputs.
+// flight ends as unfinished), the local outputs, the providers (export).
+// The outputs go before the export, each within its own bound: an OTLP
+// endpoint that is down or silent may take the export's whole bound, and
+// the providers' Shutdown skips the -spans-out processor once it passed.
 func (r *collectRun) teardown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), exitFlushWait)
 	defer cancel()
-	var errs []error
 	if r.tr != nil {
 		r.tr.Flush()
 		_ = r.tr.Shutdown(ctx)
 	}
+	errs := r.closeOutputs()
 	if r.prov != nil {
 		if err := r.prov.Shutdown(ctx); err != nil {
 			r.log.Warn("export", "err", err)
@@ -372,17 +375,28 @@ func (r *collectRun) teardown() error {
 			r.log.Info("export summary: " + sum)
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// closeOutputs writes out and closes -spans-out and -stats-out, each
+// within exitFlushWait of its own.
+func (r *collectRun) closeOutputs() []error {
+	var errs []error
 	if r.spanDump != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), exitFlushWait)
 		if err := r.spanDump.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("-spans-out: %w", err))
 		} else if n := r.spanDump.Dropped(); n > 0 {
 			errs = append(errs, fmt.Errorf("-spans-out: %d spans dropped: the reader did not keep up", n))
 		}
+		cancel()
 	}
 	if r.sink != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), exitFlushWait)
 		if err := r.sink.close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("-stats-out: %w", err))
 		}
+		cancel()
 	}
-	return errors.Join(errs...)
+	return errs
 }

@@ -209,3 +209,51 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestCollectExitBackendSilent: an OTLP endpoint that accepts and never
+// answers must not cost the local outputs: -stats-out and -spans-out are
+// written out and closed before the export takes its bound (it took the
+// shared one, and the stats file's close failed with the deadline).
+func TestCollectExitBackendSilent(t *testing.T) {
+	silent := startSilent(t)
+	for k, v := range map[string]string{
+		"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + silent.Addr().String(),
+		"OTEL_BSP_EXPORT_TIMEOUT": "600000", "OTEL_EXPORTER_OTLP_TIMEOUT": "600000", "OTEL_BSP_SCHEDULE_DELAY": "600000",
+	} {
+		t.Setenv(k, v)
+	}
+	defer func(d time.Duration) { exitFlushWait = d }(exitFlushWait)
+	exitFlushWait = time.Second
+	now := fmt.Sprintf("%d.5", time.Now().Unix())
+	in := strings.Join([]string{
+		`{"type":"HELLO","producer":"py","wall_ts":` + now + `,"mono_ts":10}`,
+		`{"request_id":"r1","type":"ARRIVED","ts":` + now + `,"model":"m"}`,
+		`{"request_id":"r1","type":"QUEUED","mono_ts":10.001}`,
+		`{"request_id":"r1","type":"PREFILLING","mono_ts":10.004,"num_computed_tokens":8,"num_cached_tokens":0}`,
+		`{"request_id":"r1","type":"DECODING","mono_ts":10.010}`,
+		`{"request_id":"r1","type":"FINISHED","side":"engine","mono_ts":10.020,"finish_reason":"stop"}`,
+		``,
+	}, "\n")
+	dir := t.TempDir()
+	statsFile, spansFile := filepath.Join(dir, "stats.jsonl"), filepath.Join(dir, "spans.jsonl")
+	var stderr bytes.Buffer
+	code := collect(context.Background(), []string{"-listen", "-", "-stats-out", statsFile, "-spans-out", spansFile, "-stats-log", "0"},
+		strings.NewReader(in), &bytes.Buffer{}, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if s := readStats(t, statsFile); len(s) != 1 {
+		t.Errorf("%d stats lines, want 1", len(s))
+	}
+	f, err := os.Open(spansFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if sp, _ := spanlog.Read(f); len(sp) == 0 {
+		t.Errorf("no spans in -spans-out")
+	}
+	if strings.Contains(stderr.String(), "-stats-out") || strings.Contains(stderr.String(), "-spans-out") {
+		t.Errorf("an output's failure reported:\n%s", stderr.String())
+	}
+}
