@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/internal/textcap"
 	"github.com/llmtrace/llmtrace/reconstruct"
 )
 
@@ -42,16 +43,17 @@ func Expanded(sp ptrace.Span) bool {
 	return ok
 }
 
-// ErrorType is the span's error.type attribute, bounded.
+// ErrorType is the span's error.type attribute, bounded as the names
+// reconstruct reads are: cut to reconstruct.MaxNameLength bytes on a rune
+// boundary, invalid UTF-8 replaced. It becomes a metric attribute, and a
+// label value that is not UTF-8 is refused (the Prometheus exporter drops
+// the series).
 func ErrorType(sp ptrace.Span) string {
 	v, ok := sp.Attributes().Get(string(attributes.ErrorType))
 	if !ok || v.Type() != pcommon.ValueTypeStr {
 		return ""
 	}
-	s := v.Str()
-	if len(s) > reconstruct.MaxNameLength {
-		s = s[:reconstruct.MaxNameLength]
-	}
+	s, _ := textcap.Clean(v.Str(), reconstruct.MaxNameLength)
 	return s
 }
 
