@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/internal/textcap"
 	"github.com/llmtrace/llmtrace/otelcol/internal/spanread"
 	"github.com/llmtrace/llmtrace/reconstruct"
 )
@@ -252,6 +253,12 @@ func (c *metricsConnector) engineFor(sp ptrace.Span, in *reconstruct.Span) recon
 	return reconstruct.Resolve(in, c.engine)
 }
 
+// maxResourceValueLength bounds a resource attribute's value on the
+// metrics (service.name, service.instance.id: a Kubernetes name is at most
+// 253 bytes): a sender's value is cut there on a rune boundary, and
+// invalid UTF-8 is replaced, since a label that is not UTF-8 is refused.
+const maxResourceValueLength = 256
+
 func (c *metricsConnector) resource(res pcommon.Resource) *resourceState {
 	c.key = c.key[:0]
 	attrs := pcommon.NewMap()
@@ -259,7 +266,7 @@ func (c *metricsConnector) resource(res pcommon.Resource) *resourceState {
 		c.key = append(c.key, k...)
 		c.key = append(c.key, 0)
 		if v, ok := res.Attributes().Get(k); ok {
-			s := v.AsString()
+			s, _ := textcap.Clean(v.AsString(), maxResourceValueLength)
 			c.key = append(c.key, s...)
 			attrs.PutStr(k, s)
 		}

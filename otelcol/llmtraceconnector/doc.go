@@ -18,7 +18,8 @@
 // gauges, no preemptions for engines.
 //
 // Metrics are cumulative, keyed by the span's resource (the attributes
-// listed in resource_attributes) and gen_ai.operation.name,
+// listed in resource_attributes, each value cut at 256 bytes on a rune
+// boundary, invalid UTF-8 replaced) and gen_ai.operation.name,
 // gen_ai.request.model (collapsed to "other" outside models, or past
 // max_models distinct names), llm.lora.adapter (likewise, outside adapters
 // or past max_models), llm.pd.role (SPEC §7: prefill and decode instances

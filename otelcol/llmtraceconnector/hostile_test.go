@@ -79,3 +79,29 @@ func TestConnectorErrorTypeStaysUTF8(t *testing.T) {
 		t.Errorf("%d failed requests carry error.type, want 2", n)
 	}
 }
+
+// The resource attributes that key a series (resource_attributes) come
+// from the sender as they are: a value that is not UTF-8 became the
+// metrics' resource attribute (the Prometheus exporter's job and instance
+// labels, refused), and a huge one was copied twice per resource, up to
+// max_series resources.
+func TestConnectorResourceAttributesBounded(t *testing.T) {
+	td := ptrace.NewTraces()
+	for i, attrs := range []map[string]string{
+		{"service.name": "vllm\xff\xfe", "service.instance.id": "a"},
+		{"service.name": "vllm", "service.instance.id": strings.Repeat("é", 1<<20)},
+	} {
+		rs := td.ResourceSpans().AppendEmpty()
+		for k, v := range attrs {
+			rs.Resource().Attributes().PutStr(k, v)
+		}
+		ss := rs.ScopeSpans().AppendEmpty()
+		ss.Scope().SetName("vllm.llm_engine")
+		spantest.VLLM(ss, pcommon.TraceID{byte(i + 1)}, pcommon.SpanID{byte(i + 1)}, t0, 0.3, 1.0, 0.05, 0.2, 0.6, 10, 5, "stop")
+	}
+	md := runConnector(t, createDefaultConfig().(*Config), td)
+	checkLabels(t, md, maxResourceValueLength)
+	if n := md.ResourceMetrics().Len(); n != 2 {
+		t.Errorf("%d resources, want 2", n)
+	}
+}
