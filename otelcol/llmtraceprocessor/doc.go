@@ -8,7 +8,8 @@
 // The engine span gains llm.reconstruct.engine (and llm.reconstruct.clamped
 // when its values contradicted each other). Every other span, llmtrace's
 // own roots included, passes untouched; a span already expanded is not
-// expanded again.
+// expanded again, and one without a trace id or a span id (its children
+// could not be parented in its trace) is not expanded.
 //
 // Configuration:
 //

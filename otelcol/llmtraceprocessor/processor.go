@@ -62,7 +62,9 @@ func (x *expander) expandResource(rs ptrace.ResourceSpans, sc *scratch) {
 		sps := ss.Spans()
 		for k := 0; k < sps.Len(); k++ {
 			sp := sps.At(k)
-			if spanread.Expanded(sp) {
+			if spanread.Expanded(sp) || sp.TraceID().IsEmpty() || sp.SpanID().IsEmpty() {
+				// Without ids, children could not be parented to the
+				// span in its trace: it passes untouched.
 				continue
 			}
 			in := spanread.Read(sp, scope)
