@@ -617,11 +617,15 @@ func (t *Tracker) applyHeld(sh *shard, r *reqState, now int64) (complete bool, e
 			errs = append(errs, reject(&h.Update, h.Side, ReasonUnknownRequest, "no ARRIVED within the hold window"))
 			continue
 		}
+		// Set before apply, which an engine FINISHED among them reads;
+		// a rejected update leaves the request unchanged (SPEC §1).
+		behind := r.feBehind
 		if h.Side == SideEngine {
 			r.feBehind = true
 		}
 		c, rerr := t.apply(r, &h.Update, h.Side, t.ns(h.Time))
 		if rerr != nil {
+			r.feBehind = behind
 			errs = append(errs, rerr)
 		}
 		complete = complete || c
