@@ -342,6 +342,14 @@ func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstr
 	add(cPrompt, int64(r.InputTokens), r.InputTokens >= 0)
 	add(cGeneration, int64(r.OutputTokens), r.OutputTokens > 0)
 	pc := r.CachedTokens >= 0 && r.InputTokens >= 0
+	if pc && r.Engine.NoExpand && r.InputTokens > 0 {
+		// An llmtrace root's cached tokens are the engine's prefix-cache
+		// hits only when it carries llm.prefix_cache.hit_ratio; without
+		// it they come from the response's usage (an HTTP frontend, a
+		// proxy), maybe another server's cache, which the tracker does
+		// not count either (SPEC §4).
+		_, pc = sp.Attributes().Get(string(attributes.PrefixCacheHitRatio))
+	}
 	add(cPCQueries, int64(r.InputTokens), pc)
 	add(cPCHits, int64(r.CachedTokens), pc)
 	add(cClamped, int64(r.Clamped), r.Clamped > 0)

@@ -12,8 +12,10 @@
 // gen_ai.server.request.duration (with error.type on failures and aborts),
 // llm.server.{queue,prefill,decode,inference}.duration, llm.server.requests
 // (by llm.finish_reason), llm.server.preemptions, llm.server.prompt_tokens,
-// llm.server.generation_tokens, llm.server.prefix_cache.{queries,hits} and
-// llm.reconstruct.clamped. What one span cannot show is not made up: no
+// llm.server.generation_tokens, llm.server.prefix_cache.{queries,hits}
+// (on an llmtrace root only with llm.prefix_cache.hit_ratio: cached tokens
+// from a response's usage are not prefix-cache hits, as in the tracker)
+// and llm.reconstruct.clamped. What one span cannot show is not made up: no
 // inter-token latency (a single span has no token times), no scheduler
 // gauges, no preemptions for engines.
 //
