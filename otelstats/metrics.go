@@ -85,7 +85,7 @@ func newInstruments(mp metric.MeterProvider, ownHistograms bool, provider string
 	perRequest(&in.pcHits, attributes.MetricPrefixCacheHits, attributes.UnitToken, "Prompt tokens served from the prefix cache.")
 	counter(&in.rejected, attributes.MetricRejectedUpdates, attributes.UnitUpdate, "Lifecycle updates rejected, by reason.")
 	counter(&in.dropped, attributes.MetricSpansDropped, attributes.UnitSpan, "Spans that could not be exported.")
-	counter(&in.clamped, attributes.MetricSpansClamped, attributes.UnitSpan, "Spans clamped into their root because of clock skew.")
+	counter(&in.clamped, attributes.MetricSpansClamped, attributes.UnitSpan, "Spans clamped into their root: clock skew between processes, or an engine run that ended after the request (a client abort the engine saw later).")
 	counter(&in.evicted, attributes.MetricRequestsEvicted, attributes.UnitRequest, "Requests evicted at the in-flight cap.")
 	counter(&in.truncated, attributes.MetricAttributesTruncated, "{attribute}", "Client-supplied strings cut at their cap, or with invalid UTF-8 replaced, before they became attributes, by llm.truncated.key.")
 	err := mk.err
