@@ -175,12 +175,20 @@ func truncName(s string) string {
 // engine core recording its Steps, a handler reporting its tokenization)
 // can find the request it serves.
 func ContextWithRequest(ctx context.Context, q *Request) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	return context.WithValue(ctx, requestKey{}, q)
 }
 
 // RequestFromContext returns the request ctx carries, or nil. The engine
-// wrappers and the HTTP middleware put it there.
+// wrappers and the HTTP middleware put it there. The nil handle's methods
+// record nothing and return an error, so code that may run untraced can
+// call them without a check.
 func RequestFromContext(ctx context.Context) *Request {
+	if ctx == nil {
+		return nil
+	}
 	q, _ := ctx.Value(requestKey{}).(*Request)
 	return q
 }
@@ -301,6 +309,11 @@ type engineCall struct {
 }
 
 func startEngineCall[R any](ctx context.Context, t *Tracker, cfg *engineConfig, describe func(R) Call, req R) *engineCall {
+	if ctx == nil {
+		// A nil ctx is Background: the engine runs, and is traced, as
+		// unwrapped it would (and c.parent.Err() needs a ctx).
+		ctx = context.Background()
+	}
 	var call Call
 	if describe != nil {
 		call = describe(req)

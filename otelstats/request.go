@@ -56,7 +56,9 @@ type Arrival struct {
 // Request is a frontend's handle on one in-flight request. Its methods
 // record that request's frontend updates without looking it up. A Request is
 // safe for concurrent use; after the request finished, its methods return a
-// RejectError with ReasonAfterFinished.
+// RejectError with ReasonAfterFinished. A nil *Request (RequestFromContext
+// of a ctx that carries none) is a handle too: its recording methods return
+// an error and record nothing, its accessors return zero values.
 //
 // Engines can name a request by its handle in a Step (Decoded.Req and the
 // like) instead of its id: that skips the id lookup, which is most of what
@@ -96,7 +98,7 @@ func (t *Tracker) Arrive(ctx context.Context, id string, a Arrival) (*Request, e
 
 // ID returns the request's id.
 func (q *Request) ID() string {
-	if q.r == nil {
+	if q == nil || q.r == nil {
 		return ""
 	}
 	return q.r.id
@@ -106,7 +108,7 @@ func (q *Request) ID() string {
 // from arrival so it can be propagated downstream (traceparent) before the
 // spans exist.
 func (q *Request) SpanContext() trace.SpanContext {
-	if q.r == nil {
+	if q == nil || q.r == nil {
 		return trace.SpanContext{}
 	}
 	return spanContextOf(q.r) // ids are fixed at arrival: no lock
@@ -115,8 +117,11 @@ func (q *Request) SpanContext() trace.SpanContext {
 // Context returns ctx carrying the request's root span context, so spans the
 // engine or its outgoing calls start join the request's trace.
 func (q *Request) Context(ctx context.Context) context.Context {
-	if q.r == nil {
+	if q == nil || q.r == nil {
 		return ctx
+	}
+	if ctx == nil {
+		ctx = context.Background()
 	}
 	return trace.ContextWithSpanContext(ctx, spanContextOf(q.r))
 }
@@ -127,6 +132,9 @@ func (q *Request) Context(ctx context.Context) context.Context {
 // llm.attributes.truncated. It fails once the request has finished. On a
 // request the head sampler dropped (WithHeadSampler) it keeps nothing.
 func (q *Request) SetAttributes(kvs ...attribute.KeyValue) error {
+	if q == nil {
+		return errNilRequest
+	}
 	t, r := q.t, q.r
 	if r == nil {
 		return errNotArrived
@@ -162,6 +170,9 @@ func (q *Request) SetAttributes(kvs ...attribute.KeyValue) error {
 // and sets no llm.prefix_cache.hit_ratio. Call it before the frontend's
 // FINISHED; the latest call wins. It does not allocate.
 func (q *Request) CachedTokens(n int) error {
+	if q == nil {
+		return errNilRequest
+	}
 	t, r := q.t, q.r
 	if r == nil {
 		if t == nil {
@@ -208,6 +219,9 @@ var errNotArrived = errors.New("llmtrace: the request's arrival was rejected")
 // final stats go to the OnFinish hooks. An HTTP layer uses it for the
 // Server-Timing header of a response that is not streamed.
 func (q *Request) Progress(now time.Time) (s RequestStats, ok bool) {
+	if q == nil {
+		return s, false
+	}
 	r := q.r
 	if r == nil {
 		return s, false
@@ -272,6 +286,9 @@ func (q *Request) InputProcessed(at time.Time, promptTokens int, sp *SamplingPar
 // finished request, a rejected arrival's handle and a closed tracker are
 // ignored. It does not allocate.
 func (q *Request) KeepAlive(at time.Time) {
+	if q == nil {
+		return
+	}
 	t, r := q.t, q.r
 	if r == nil || t.closed.Load() {
 		return
@@ -291,6 +308,9 @@ func (q *Request) KeepAlive(at time.Time) {
 // Detokenized records a delivery of newTokens tokens towards the client;
 // busy is the time spent detokenizing, if known.
 func (q *Request) Detokenized(at time.Time, newTokens int, busy time.Duration) error {
+	if q == nil {
+		return errNilRequest // replaces the nil check reading q.t implies
+	}
 	// The per-token fast path: what check and apply would do for a valid
 	// delivery, without building an Update. Anything unusual takes the
 	// general path, which rejects it with the precise reason.
@@ -331,6 +351,9 @@ func (q *Request) Fail(at time.Time, errorType string) error {
 // and Model are ignored. A FINISHED with Side SideEngine is accepted too, for
 // engines that drive a request through its handle.
 func (q *Request) Record(u Update) error {
+	if q == nil {
+		return errNilRequest
+	}
 	t, r := q.t, q.r
 	if r == nil {
 		if t == nil {
@@ -394,6 +417,9 @@ func (t *Tracker) retire(r *reqState) {
 // client's TTFT, so the "two TTFT numbers" of P/D are explained on one
 // span. Call it before the request finishes.
 func (q *Request) RoutedPD(prefillSent, prefillResponded, decodeSent time.Time) error {
+	if q == nil {
+		return errNilRequest
+	}
 	t, r := q.t, q.r
 	u := Update{Kind: KindInputProcessed, Side: SideFrontend, Time: prefillSent}
 	if r == nil {
