@@ -956,3 +956,62 @@ func keys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// vLLM's histogram boundaries (vllm/v1/metrics/loggers.py): TTFT; the
+// inter-token latency and the per-request TPOT (the same list); e2e and
+// the request phases (request_latency_buckets).
+var (
+	vllmTTFTBuckets    = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
+	vllmITLBuckets     = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
+	vllmRequestBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+)
+
+// TestVLLMBucketBoundaries checks what deploy/README.md tells a vLLM user
+// about the le values of the vLLM-named histograms (an alert on
+// vllm:time_to_first_token_seconds_bucket{le="0.5"} finds its series only
+// if llmtrace has that boundary): TTFT, TPOT and ITL have exactly vLLM's
+// boundaries, the phases all of vLLM's, e2e none; and the README says so.
+// It said TTFT and TPOT had other boundaries than vLLM's.
+func TestVLLMBucketBoundaries(t *testing.T) {
+	shared := func(ours, theirs []float64) (n int) {
+		for _, b := range theirs {
+			if slices.Contains(ours, b) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name       string
+		ours, vllm []float64
+		exact      bool
+		wantShared int // of vLLM's boundaries, when not exact
+	}{
+		{"TTFT", attributes.TimeToFirstTokenBuckets(), vllmTTFTBuckets, true, 0},
+		{"TPOT", attributes.TimePerOutputTokenBuckets(), vllmITLBuckets, true, 0},
+		{"ITL", attributes.InterTokenLatencyBuckets(), vllmITLBuckets, true, 0},
+		{"phases", attributes.PhaseDurationBuckets(), vllmRequestBuckets, false, len(vllmRequestBuckets)},
+		{"e2e", attributes.RequestDurationBuckets(), vllmRequestBuckets, false, 0},
+	} {
+		if c.exact {
+			if !slices.Equal(c.ours, c.vllm) {
+				t.Errorf("%s: boundaries %v, deploy/README.md says they are vLLM's %v", c.name, c.ours, c.vllm)
+			}
+		} else if got := shared(c.ours, c.vllm); got != c.wantShared {
+			t.Errorf("%s: %d of vLLM's %d boundaries, deploy/README.md says %d", c.name, got, len(c.vllm), c.wantShared)
+		}
+	}
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := strings.Join(strings.Fields(string(b)), " ")
+	for _, claim := range []string{
+		"TTFT, TPOT (`vllm:request_time_per_output_token_seconds`) and inter-token latency have exactly vLLM's",
+		"Only e2e differs",
+	} {
+		if !strings.Contains(readme, claim) {
+			t.Errorf("deploy/README.md does not say %q", claim)
+		}
+	}
+}
