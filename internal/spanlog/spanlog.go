@@ -7,13 +7,17 @@
 //	 "start_ns":1700000000001000000,"end_ns":1700000000004000000,"status":"error","status_description":"abort",
 //	 "attributes":{"llm.queue.reason":"new"},"events":[{"name":"…","time_ns":…,"attributes":{…}}]}
 //
-// parent_span_id, status and events are omitted when empty.
+// parent_span_id, status and events are omitted when empty. A float JSON
+// has no number for is a string ("NaN", "Infinity", "-Infinity"), a map
+// attribute an object, and strings are valid UTF-8 (U+FFFD for bad bytes).
 package spanlog
 
 import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -50,6 +54,9 @@ type Event struct {
 // is safe for concurrent use.
 type Processor struct {
 	w *lineout.Writer
+	// unwritable counts spans json.Marshal refused, which value is
+	// there to make none.
+	unwritable atomic.Int64
 }
 
 var _ sdktrace.SpanProcessor = (*Processor)(nil)
@@ -67,6 +74,7 @@ func (p *Processor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 	b, err := json.Marshal(FromReadOnly(s))
 	if err != nil {
+		p.unwritable.Add(1)
 		return
 	}
 	_, _ = p.w.Write(append(b, '\n'))
@@ -101,11 +109,62 @@ func attrs(kvs []attribute.KeyValue) map[string]any {
 	if len(kvs) == 0 {
 		return nil
 	}
+	return object(kvs)
+}
+
+func object(kvs []attribute.KeyValue) map[string]any {
 	m := make(map[string]any, len(kvs))
 	for _, kv := range kvs {
-		m[string(kv.Key)] = kv.Value.AsInterface()
+		m[string(kv.Key)] = value(kv.Value)
 	}
 	return m
+}
+
+// value is v as encoding/json can write it. JSON has no number for NaN
+// or ±Inf, and json.Marshal refuses the whole span for one: such a float
+// is written as the string OpenTelemetry's representation outside OTLP
+// gives it ("NaN", "Infinity", "-Infinity"), in slices and maps as well.
+// A map is a JSON object and a slice an array, as that representation has
+// them.
+func value(v attribute.Value) any {
+	switch v.Type() {
+	case attribute.FLOAT64:
+		return float(v.AsFloat64())
+	case attribute.FLOAT64SLICE:
+		fs := v.AsFloat64Slice()
+		for _, f := range fs {
+			if math.IsNaN(f) || math.IsInf(f, 0) {
+				out := make([]any, len(fs))
+				for i, f := range fs {
+					out[i] = float(f)
+				}
+				return out
+			}
+		}
+		return fs
+	case attribute.SLICE:
+		vs := v.AsSlice()
+		out := make([]any, len(vs))
+		for i, x := range vs {
+			out[i] = value(x)
+		}
+		return out
+	case attribute.MAP:
+		return object(v.AsMap())
+	}
+	return v.AsInterface()
+}
+
+func float(f float64) any {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	return f
 }
 
 // ForceFlush writes what is buffered.
@@ -115,8 +174,9 @@ func (p *Processor) ForceFlush(ctx context.Context) error { return p.w.Flush(ctx
 func (p *Processor) Shutdown(ctx context.Context) error { return p.w.Close(ctx) }
 
 // Dropped is how many spans' lines were dropped because the writer did not
-// keep up (lineout.MaxPending).
-func (p *Processor) Dropped() int64 { return p.w.Dropped() }
+// keep up (lineout.MaxPending) or, which should never happen, because
+// json.Marshal refused the span.
+func (p *Processor) Dropped() int64 { return p.w.Dropped() + p.unwritable.Load() }
 
 // Read parses a dump.
 func Read(r io.Reader) ([]Span, error) {
