@@ -314,3 +314,72 @@ func TestInvalidUTF8(t *testing.T) {
 		attribute.StringSlice("s", []string{"\uFFFD"})}}.Snapshot()
 	sameAs(t, []sdktrace.ReadOnlySpan{good, bad}, []sdktrace.ReadOnlySpan{good, fixed})
 }
+
+// TestSameAsSDKHostile: what a hostile or odd request can put in a span —
+// invalid UTF-8 in every string field, extreme numbers, zero and negative
+// times, zero-length spans, all the trace flags — encodes as the SDK's
+// exporter encodes the same span with its strings repaired.
+func TestSameAsSDKHostile(t *testing.T) {
+	const bad = "a\xffb\xc0\xe2\x82" // invalid bytes, a truncated sequence at the end
+	fix := valid
+	ts, _ := trace.ParseTraceState("k=v")
+	hostile := func(s string) tracetest.SpanStub {
+		attrs := []attribute.KeyValue{
+			attribute.String(s, s), attribute.StringSlice(s+"ss", []string{s, "", s}),
+			attribute.Int64("min", math.MinInt64), attribute.Int64Slice("neg", []int64{-1, math.MinInt64, math.MaxInt64}),
+			attribute.Float64Slice("odd", []float64{math.NaN(), math.Inf(1), math.Copysign(0, -1), math.SmallestNonzeroFloat64}),
+			attribute.BoolSlice("b0", []bool{}), attribute.Float64Slice("f0", nil),
+			{Key: attribute.Key(s + "m"), Value: attribute.MapValue(attribute.String(s, s), attribute.KeyValue{Key: attribute.Key(s)})},
+			{Key: "sl", Value: attribute.SliceValue(attribute.StringValue(s), attribute.StringSliceValue([]string{s}),
+				attribute.MapValue(attribute.String(s, s)))},
+			{Key: "bytes", Value: attribute.ByteSliceValue([]byte(bad))}, // bytes, not a string: kept as they are
+		}
+		res := resource.NewWithAttributes("https://x/"+s, append(attrs[:2:2], attribute.String("service.name", s))...)
+		return tracetest.SpanStub{
+			Name: s,
+			SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid,
+				TraceFlags: trace.FlagsSampled | trace.FlagsRandom | 0x80, TraceState: ts}),
+			Parent:    trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: pid, TraceFlags: trace.FlagsSampled, Remote: true}),
+			SpanKind:  trace.SpanKindClient,
+			StartTime: time.Unix(0, 0), EndTime: time.Unix(0, 0),
+			Attributes: attrs,
+			Events: []sdktrace.Event{{Name: s, Time: time.Time{}, Attributes: attrs, DroppedAttributeCount: -1},
+				{Name: s, Time: time.Unix(0, math.MaxInt64)}},
+			Links: []sdktrace.Link{{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: pid,
+				TraceFlags: 0xff, TraceState: ts}), Attributes: attrs, DroppedAttributeCount: math.MaxInt}},
+			Status:            sdktrace.Status{Code: codes.Error, Description: s},
+			DroppedAttributes: -5, DroppedEvents: math.MaxInt, DroppedLinks: 0,
+			Resource: res,
+			InstrumentationScope: instrumentation.Scope{Name: s, Version: s, SchemaURL: "https://y/" + s,
+				Attributes: attribute.NewSet(attrs[:2]...)},
+		}
+	}
+	ours, sdk := hostile(bad), hostile(fix(bad))
+	for _, c := range []struct {
+		name      string
+		ours, sdk tracetest.SpanStub
+	}{
+		{"invalid UTF-8 everywhere", ours, sdk},
+		{"zero times and zero-length", tracetest.SpanStub{Name: "z", StartTime: time.Time{}, EndTime: time.Time{},
+			Events: []sdktrace.Event{{}}}, tracetest.SpanStub{Name: "z", Events: []sdktrace.Event{{}}}},
+		{"only a scope schema", tracetest.SpanStub{InstrumentationScope: instrumentation.Scope{SchemaURL: "s"}, Resource: resource.Empty()},
+			tracetest.SpanStub{InstrumentationScope: instrumentation.Scope{SchemaURL: "s"}, Resource: resource.Empty()}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sameAs(t, []sdktrace.ReadOnlySpan{c.ours.Snapshot()}, []sdktrace.ReadOnlySpan{c.sdk.Snapshot()})
+		})
+	}
+	// Many spans of one resource and scope, one over 2 MiB, so the
+	// ResourceSpans and ScopeSpans lengths take four-byte varints.
+	big := make([]sdktrace.ReadOnlySpan, 0, 100)
+	bigSDK := make([]sdktrace.ReadOnlySpan, 0, 100)
+	for i := range 100 {
+		o, s := ours, sdk
+		if i == 7 {
+			o.Attributes = append(o.Attributes[:len(o.Attributes):len(o.Attributes)], attribute.String("huge", strings.Repeat(bad, 1<<19)))
+			s.Attributes = append(s.Attributes[:len(s.Attributes):len(s.Attributes)], attribute.String("huge", strings.Repeat(fix(bad), 1<<19)))
+		}
+		big, bigSDK = append(big, o.Snapshot()), append(bigSDK, s.Snapshot())
+	}
+	t.Run("a batch over 2 MiB", func(t *testing.T) { sameAs(t, big, bigSDK) })
+}
