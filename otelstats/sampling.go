@@ -3,11 +3,13 @@ package otelstats
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // SamplingPolicy decides, when a request finishes, whether its trace is
@@ -72,44 +74,117 @@ const (
 // returns nil.
 //
 //	LLMTRACE_SAMPLING=errors,preempted,ttft>2s,tpot>150ms,p99,ratio=0.05
+//
+// Rules are lower case; spaces around a rule are ignored. A text that does
+// not say exactly one policy is a *SamplingPolicyError: an empty or unknown
+// rule, a rule given twice, a threshold that is not a positive duration
+// (at least 1ns), a ratio outside [0, 1] or a percentile outside (0, 100),
+// NaN included.
 func ParseSamplingPolicy(s string) (*SamplingPolicy, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || s == "all" {
 		return nil, nil
 	}
 	p := &SamplingPolicy{}
-	for _, f := range strings.Split(s, ",") {
+	var seen [7]bool
+	for f := range strings.SplitSeq(s, ",") {
 		f = strings.TrimSpace(f)
-		var err error
-		switch {
-		case f == "errors":
-			p.KeepErrors = true
-		case f == "preempted":
-			p.KeepPreempted = true
-		case strings.HasPrefix(f, "ttft>"):
-			p.TTFTAbove, err = time.ParseDuration(f[5:])
-		case strings.HasPrefix(f, "tpot>"):
-			p.TPOTAbove, err = time.ParseDuration(f[5:])
-		case strings.HasPrefix(f, "e2e>"):
-			p.E2EAbove, err = time.ParseDuration(f[4:])
-		case strings.HasPrefix(f, "ratio="):
-			p.Ratio, err = strconv.ParseFloat(f[6:], 64)
-			if err == nil && (p.Ratio < 0 || p.Ratio > 1) {
-				err = fmt.Errorf("ratio %v outside [0, 1]", p.Ratio)
+		rule, reason, err := parseRule(p, f)
+		if err == nil && reason == "" {
+			if seen[rule] {
+				reason = "given twice"
 			}
-		case len(f) > 1 && f[0] == 'p':
-			p.Percentile, err = strconv.ParseFloat(f[1:], 64)
-			if err == nil && (p.Percentile <= 0 || p.Percentile >= 100) {
-				err = fmt.Errorf("percentile %v outside (0, 100)", p.Percentile)
-			}
-		default:
-			err = fmt.Errorf("unknown rule %q", f)
+			seen[rule] = true
 		}
-		if err != nil {
-			return nil, fmt.Errorf("llmtrace: sampling policy %q: %w", s, err)
+		if reason != "" || err != nil {
+			return nil, &SamplingPolicyError{Rule: capRule(f), Reason: reason, Err: err}
 		}
 	}
 	return p, nil
+}
+
+// parseRule sets the field of p that rule f names and returns which rule it
+// is (an index into a table of those seen), or why f is not a rule.
+func parseRule(p *SamplingPolicy, f string) (rule int, reason string, err error) {
+	dur := func(v string, d *time.Duration) (string, error) {
+		if *d, err = time.ParseDuration(v); err != nil {
+			return "not a duration", err
+		}
+		if *d <= 0 {
+			return "the threshold must be a positive duration", nil
+		}
+		return "", nil
+	}
+	switch {
+	case f == "":
+		return 0, "empty rule", nil
+	case f == "errors":
+		p.KeepErrors = true
+		return 0, "", nil
+	case f == "preempted":
+		p.KeepPreempted = true
+		return 1, "", nil
+	case strings.HasPrefix(f, "ttft>"):
+		reason, err = dur(f[5:], &p.TTFTAbove)
+		return 2, reason, err
+	case strings.HasPrefix(f, "tpot>"):
+		reason, err = dur(f[5:], &p.TPOTAbove)
+		return 3, reason, err
+	case strings.HasPrefix(f, "e2e>"):
+		reason, err = dur(f[4:], &p.E2EAbove)
+		return 4, reason, err
+	case strings.HasPrefix(f, "ratio="):
+		if p.Ratio, err = strconv.ParseFloat(f[6:], 64); err != nil {
+			return 5, "not a number", err
+		}
+		if !(p.Ratio >= 0 && p.Ratio <= 1) { // NaN too
+			return 5, "the ratio must be within [0, 1]", nil
+		}
+		if p.Ratio == 0 {
+			p.Ratio = 0 // -0 reads as 0
+		}
+		return 5, "", nil
+	case len(f) > 1 && f[0] == 'p' && (f[1] == '.' || f[1] >= '0' && f[1] <= '9'):
+		if p.Percentile, err = strconv.ParseFloat(f[1:], 64); err != nil {
+			return 6, "not a number", err
+		}
+		if !(p.Percentile > 0 && p.Percentile < 100) { // NaN too
+			return 6, "the percentile must be within (0, 100)", nil
+		}
+		return 6, "", nil
+	}
+	return 0, "unknown rule (want errors, preempted, ttft>DUR, tpot>DUR, e2e>DUR, pNN or ratio=F)", nil
+}
+
+// SamplingPolicyError is ParseSamplingPolicy's error: which rule of the
+// policy's text is wrong and why.
+type SamplingPolicyError struct {
+	Rule   string // the rule as given (cut at 64 bytes); "" for an empty one
+	Reason string // why it is not a rule
+	Err    error  // the number's or duration's parse error, if any
+}
+
+func (e *SamplingPolicyError) Error() string {
+	msg := fmt.Sprintf("llmtrace: sampling policy rule %q: %s", e.Rule, e.Reason)
+	if e.Err != nil {
+		msg += ": " + capRule(e.Err.Error())
+	}
+	return msg
+}
+
+func (e *SamplingPolicyError) Unwrap() error { return e.Err }
+
+// capRule cuts a rule quoted in an error to 64 bytes, on a UTF-8 boundary.
+func capRule(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	i := limit
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }
 
 // sampler evaluates a policy with running percentiles.
@@ -143,16 +218,29 @@ func newSampler(p *SamplingPolicy) *sampler {
 	return &sampler{p: *p}
 }
 
-// decide returns whether to keep the trace and why.
+// decide returns whether to keep the trace and why. Every request feeds
+// the running percentiles, whichever rule (or trusted parent) decides it:
+// they are those of the last requests, not of the ones no rule kept.
 func (s *sampler) decide(st *RequestStats, traceID [16]byte, parentSampled, parentTrusted bool) (bool, string) {
+	if s == nil {
+		if parentTrusted && !parentSampled {
+			return false, NotSampled
+		}
+		if parentTrusted {
+			return true, SampledParent
+		}
+		return true, SampledAll
+	}
+	vals := [3]Latency{st.FirstTokenLatency, st.TimePerOutputToken, st.E2ELatency}
+	var pct [3]int64
+	if s.p.Percentile > 0 && s.p.Percentile < 100 {
+		pct = s.observe(vals)
+	}
 	if parentTrusted {
 		if parentSampled {
 			return true, SampledParent
 		}
 		return false, NotSampled
-	}
-	if s == nil {
-		return true, SampledAll
 	}
 	if s.p.KeepErrors && isFailure(st.FinishReason) {
 		return true, SampledError
@@ -160,7 +248,7 @@ func (s *sampler) decide(st *RequestStats, traceID [16]byte, parentSampled, pare
 	if s.p.KeepPreempted && st.NumPreemptions > 0 {
 		return true, SampledPreempted
 	}
-	if why := s.slow(st); why != "" {
+	if why := s.slow(&vals, &pct); why != "" {
 		return true, why
 	}
 	if s.p.Ratio > 0 && ratioKeep(traceID, s.p.Ratio) {
@@ -170,15 +258,10 @@ func (s *sampler) decide(st *RequestStats, traceID [16]byte, parentSampled, pare
 }
 
 // slow names the first latency above its absolute threshold or its running
-// percentile, or returns "". It feeds the percentiles' rings.
-func (s *sampler) slow(st *RequestStats) string {
-	vals := [3]Latency{st.FirstTokenLatency, st.TimePerOutputToken, st.E2ELatency}
+// percentile threshold (pct, 0 where none), or returns "".
+func (s *sampler) slow(vals *[3]Latency, pct *[3]int64) string {
 	abs := [3]time.Duration{s.p.TTFTAbove, s.p.TPOTAbove, s.p.E2EAbove}
 	names := [3]string{SampledSlowTTFT, SampledSlowTPOT, SampledSlowE2E}
-	var pct [3]int64
-	if s.p.Percentile > 0 {
-		pct = s.observe(vals)
-	}
 	for i, v := range vals {
 		if v.Valid && (abs[i] > 0 && v.Value > abs[i] || pct[i] > 0 && int64(v.Value) > pct[i]) {
 			return names[i]
@@ -208,21 +291,28 @@ func (s *sampler) observe(vals [3]Latency) [3]int64 {
 	return pct
 }
 
-// ratioKeep decides by the trace id's low 63 bits, like TraceIDRatioBased.
+// ratioKeep decides by the trace id's low 63 bits exactly as the SDK's
+// TraceIDRatioBased does (the same integer bound), so a head sampler and
+// this policy keep the same trace ids.
 func ratioKeep(id [16]byte, ratio float64) bool {
 	if ratio >= 1 {
 		return true
 	}
 	x := binary.BigEndian.Uint64(id[8:16]) >> 1
-	return float64(x) < ratio*(1<<63)
+	return x < uint64(ratio*(1<<63))
 }
 
+// percentileOf is the nearest-rank p-th percentile of r: the smallest value
+// with at least p% of the window at or below it, so that (100-p)% lie
+// above it.
 func percentileOf(r *ring, p float64) int64 {
 	if r.n < 100 {
 		return 0 // too few requests for a percentile to mean anything
 	}
 	v := slices.Clone(r.v[:r.n])
 	slices.Sort(v)
-	i := int(p / 100 * float64(len(v)))
-	return v[min(i, len(v)-1)]
+	// The tolerance keeps float error (99.9/100*1000 = 999.0000000000001)
+	// from moving the rank up by one.
+	i := int(math.Ceil(p/100*float64(len(v))-1e-9)) - 1
+	return v[max(0, min(i, len(v)-1))]
 }
