@@ -41,8 +41,13 @@ import (
 // Aggregator serves them as monotonic cumulative sums. The gauges and the
 // rare counters (rejections, drops, clamps, evictions) still go through the
 // MeterProvider. The zero Aggregator is not
-// usable; it is safe for concurrent use. Readers must use cumulative
-// temporality (the default of OTLP and Prometheus exporters).
+// usable; it is safe for concurrent use. Its points are cumulative
+// whatever temporality a reader asks for (a Producer's data passes through
+// the reader unchanged), so a delta reader exports these metrics as
+// cumulative. As the SDK's instruments by default, it keeps at most 2,000
+// series per metric: past that, new attribute sets are added to one series
+// with otel.metric.overflow=true (a MeterProvider configured with another
+// sdkmetric.WithCardinalityLimit then differs from it).
 type Aggregator struct {
 	start time.Time
 	mu    sync.Mutex
@@ -88,13 +93,31 @@ type counts struct {
 func (c *counts) set(i int, n int64) { c.v[i], c.has[i] = n, true }
 
 func (a *Aggregator) addSum(i int, set attribute.Set, n int64) {
-	p, ok := a.sums[i][set.Equivalent()]
+	m := a.sums[i]
+	p, ok := m[set.Equivalent()]
 	if !ok {
+		if len(m) >= aggSeriesLimit-1 {
+			if p, ok = m[overflowSet.Equivalent()]; ok {
+				p.v += n
+				return
+			}
+			set = overflowSet
+		}
 		p = &sumPoint{attrs: set}
-		a.sums[i][set.Equivalent()] = p
+		m[set.Equivalent()] = p
 	}
 	p.v += n
 }
+
+// aggSeriesLimit is the most series the Aggregator keeps per metric, as
+// the SDK's instruments do by default (sdkmetric.WithCardinalityLimit,
+// 2000): past aggSeriesLimit-1 attribute sets, every new one folds into
+// one series with overflowSet, so the two paths export the same points and
+// the Aggregator's memory stays bounded whatever a producer sends.
+const aggSeriesLimit = 2000
+
+// overflowSet is the SDK's overflow series' attribute set.
+var overflowSet = attribute.NewSet(attribute.Bool("otel.metric.overflow", true))
 
 // addCounts adds counters outside a request (the engine's own prefix-cache
 // counts).
@@ -158,10 +181,17 @@ func NewAggregator() *Aggregator {
 }
 
 func (a *Aggregator) point(h int, set attribute.Set) *aggPoint {
-	p, ok := a.series[h][set.Equivalent()]
+	m := a.series[h]
+	p, ok := m[set.Equivalent()]
 	if !ok {
+		if len(m) >= aggSeriesLimit-1 {
+			if p, ok = m[overflowSet.Equivalent()]; ok {
+				return p
+			}
+			set = overflowSet
+		}
 		p = &aggPoint{attrs: set, counts: make([]uint64, len(histDefs[h].bounds)+1), min: math.Inf(1), max: math.Inf(-1)}
-		a.series[h][set.Equivalent()] = p
+		m[set.Equivalent()] = p
 	}
 	return p
 }

@@ -493,10 +493,30 @@ func (t *Tracker) recordHistograms(ctx context.Context, s *RequestStats, h *itlH
 	rec(in.inference, s.InferenceLatency)
 	// ITL gaps carry no exemplars: hundreds per request would only churn
 	// the reservoir, and TTFT/TPOT/e2e already link to the trace.
+	// The smallest and the largest gap are recorded as they were, the
+	// rest of their bucket at the rest's mean (which lies between the
+	// bucket's remaining gaps), so min and max are exact, as the
+	// Aggregator's, and counts and sums still are.
+	if h.empty() {
+		return
+	}
 	bg := context.Background()
+	lo, hi := itlBucket(h.min), itlBucket(h.max)
 	for i := range h.n {
-		if c := h.n[i]; c > 0 {
-			mean := float64(h.sum[i]) / float64(c) / 1e9
+		c, sum := int64(h.n[i]), h.sum[i]
+		if c == 0 {
+			continue
+		}
+		if i == lo {
+			in.itl.Record(bg, float64(h.min)/1e9, as.baseRec...)
+			c, sum = c-1, sum-h.min
+		}
+		if i == hi && c > 0 {
+			in.itl.Record(bg, float64(h.max)/1e9, as.baseRec...)
+			c, sum = c-1, sum-h.max
+		}
+		if c > 0 {
+			mean := float64(sum) / float64(c) / 1e9
 			for range c {
 				in.itl.Record(bg, mean, as.baseRec...)
 			}
