@@ -93,20 +93,26 @@ type counts struct {
 func (c *counts) set(i int, n int64) { c.v[i], c.has[i] = n, true }
 
 func (a *Aggregator) addSum(i int, set attribute.Set, n int64) {
-	m := a.sums[i]
-	p, ok := m[set.Equivalent()]
-	if !ok {
-		if len(m) >= aggSeriesLimit-1 {
-			if p, ok = m[overflowSet.Equivalent()]; ok {
-				p.v += n
-				return
-			}
-			set = overflowSet
-		}
-		p = &sumPoint{attrs: set}
-		m[set.Equivalent()] = p
+	seriesOf(a.sums[i], set, newSumPoint).v += n
+}
+
+func newSumPoint(set attribute.Set) *sumPoint { return &sumPoint{attrs: set} }
+
+// seriesOf is m's series for set, made by mk when it is new; past
+// aggSeriesLimit-1 sets, a new set's series is the overflow series.
+func seriesOf[P any](m map[attribute.Distinct]*P, set attribute.Set, mk func(attribute.Set) *P) *P {
+	if p, ok := m[set.Equivalent()]; ok {
+		return p
 	}
-	p.v += n
+	if len(m) >= aggSeriesLimit-1 {
+		set = overflowSet
+		if p, ok := m[set.Equivalent()]; ok {
+			return p
+		}
+	}
+	p := mk(set)
+	m[set.Equivalent()] = p
+	return p
 }
 
 // aggSeriesLimit is the most series the Aggregator keeps per metric, as
@@ -181,19 +187,9 @@ func NewAggregator() *Aggregator {
 }
 
 func (a *Aggregator) point(h int, set attribute.Set) *aggPoint {
-	m := a.series[h]
-	p, ok := m[set.Equivalent()]
-	if !ok {
-		if len(m) >= aggSeriesLimit-1 {
-			if p, ok = m[overflowSet.Equivalent()]; ok {
-				return p
-			}
-			set = overflowSet
-		}
-		p = &aggPoint{attrs: set, counts: make([]uint64, len(histDefs[h].bounds)+1), min: math.Inf(1), max: math.Inf(-1)}
-		m[set.Equivalent()] = p
-	}
-	return p
+	return seriesOf(a.series[h], set, func(set attribute.Set) *aggPoint {
+		return &aggPoint{attrs: set, counts: make([]uint64, len(histDefs[h].bounds)+1), min: math.Inf(1), max: math.Inf(-1)}
+	})
 }
 
 func bucketOf(bounds []float64, v float64) int {

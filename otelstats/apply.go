@@ -98,11 +98,7 @@ func admitMove(r *reqState, st *sideState, u *Update, side Side) *RejectError {
 	case KindEncoding, KindEncoded:
 		open := r.encOpen()
 		switch {
-		case u.Kind == KindEncoded && open:
-			// It closes a run begun before or during prefill, also
-			// when the prefill's first token came first (the same
-			// step's outputs, in any order): the run ends by that
-			// token (encEnd).
+		case encoderMoves(st.last, u.Kind, open):
 		case encoderStates&(1<<st.last) == 0:
 			return reject(u, side, ReasonBadTransition, u.Kind.String()+" after "+prev+": an encoder runs before or during prefill")
 		case u.Kind == KindEncoding && open:

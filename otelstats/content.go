@@ -1,8 +1,6 @@
 package otelstats
 
-import (
-	"unicode/utf8"
-)
+import "github.com/llmtrace/llmtrace/internal/textcap"
 
 // ContentCapture opts into recording prompts and completions (SPEC §6). By
 // default nothing of a request's content reaches the tracker's output: no
@@ -79,16 +77,7 @@ func (c *ContentCapture) prepare(s string) string {
 	if c.MaxBytes < len(mark) {
 		// No room for the mark: the cap is what the user asked for
 		// (SPEC §6), so the head alone.
-		return s[:runeCut(s, c.MaxBytes)]
+		return textcap.Cut(s, c.MaxBytes)
 	}
-	return s[:runeCut(s, c.MaxBytes-len(mark))] + mark
-}
-
-// runeCut is the largest n' <= n (n < len(s)) that does not cut a rune of s
-// in two.
-func runeCut(s string, n int) int {
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return n
+	return textcap.Cut(s, c.MaxBytes-len(mark)) + mark
 }

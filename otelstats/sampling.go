@@ -9,7 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/llmtrace/llmtrace/internal/textcap"
 )
 
 // SamplingPolicy decides, when a request finishes, whether its trace is
@@ -180,11 +181,7 @@ func capRule(s string) string {
 	if len(s) <= limit {
 		return s
 	}
-	i := limit
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
+	return textcap.Cut(s, limit) + "…"
 }
 
 // sampler evaluates a policy with running percentiles.

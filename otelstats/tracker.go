@@ -515,17 +515,25 @@ func (r *reqState) claims(side Side, kind Kind, ns int64) bool {
 }
 
 // engineFollows reports whether an engine update of kind may follow prev,
-// as admitMove decides; encOpen says an encoder run is open. An ENCODED
-// closes the open run in any state but FINISHED, also once the prefill's
-// first token came (SPEC §9: the run ends by it).
+// as admitMove decides; encOpen says an encoder run is open.
 func engineFollows(prev, kind Kind, encOpen bool) bool {
-	switch kind {
-	case KindEncoding:
-		return !encOpen && encoderStates&(1<<prev) != 0
-	case KindEncoded:
-		return encOpen && prev != KindFinished
+	if kind == KindEncoding || kind == KindEncoded {
+		return encoderMoves(prev, kind, encOpen)
 	}
 	return allowed[SideEngine][kind]&(1<<prev) != 0
+}
+
+// encoderMoves reports whether an ENCODING or ENCODED may follow prev; open
+// says an encoder run is open. An ENCODING needs none open and a state an
+// encoder runs in (before or during prefill). An ENCODED closes the open
+// run in any state but FINISHED, also once the prefill's first token came
+// (the same step's outputs, in any order; SPEC §9: the run ends by that
+// token, encEnd).
+func encoderMoves(prev, kind Kind, open bool) bool {
+	if kind == KindEncoded {
+		return open && prev != KindFinished
+	}
+	return !open && encoderStates&(1<<prev) != 0
 }
 
 // newRequest is the state of a request that ARRIVED (u) at ns; a, when

@@ -383,20 +383,16 @@ func (r *collectRun) teardown() error {
 func (r *collectRun) closeOutputs() []error {
 	var errs []error
 	if r.spanDump != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), exitFlushWait)
-		if err := r.spanDump.Shutdown(ctx); err != nil {
+		if err := closeWithin(exitFlushWait, r.spanDump.Shutdown); err != nil {
 			errs = append(errs, fmt.Errorf("-spans-out: %w", err))
 		} else if n := r.spanDump.Dropped(); n > 0 {
 			errs = append(errs, fmt.Errorf("-spans-out: %d spans dropped: the reader did not keep up", n))
 		}
-		cancel()
 	}
 	if r.sink != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), exitFlushWait)
-		if err := r.sink.close(ctx); err != nil {
+		if err := closeWithin(exitFlushWait, r.sink.close); err != nil {
 			errs = append(errs, fmt.Errorf("-stats-out: %w", err))
 		}
-		cancel()
 	}
 	return errs
 }

@@ -284,14 +284,10 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	// the tracker is shut down.
 	var sinkErr, spansErr error
 	if sink != nil {
-		lctx, cancel := context.WithTimeout(context.Background(), exitFlushWait)
-		sinkErr = sink.close(lctx)
-		cancel()
+		sinkErr = closeWithin(exitFlushWait, sink.close)
 	}
 	if spansClose != nil {
-		lctx, cancel := context.WithTimeout(context.Background(), exitFlushWait)
-		spansErr = spansClose(lctx)
-		cancel()
+		spansErr = closeWithin(exitFlushWait, spansClose)
 	}
 	if serr := prov.Shutdown(fctx); serr != nil {
 		logger.Warn("export", "err", serr)
@@ -311,9 +307,16 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	return err
 }
 
-// exitFlushWait bounds each part of the proxy's exit flush: the tracker
+// exitFlushWait bounds each part of a command's exit flush: the tracker
 // and the export together, and each local output (-stats-out, -spans-out).
 var exitFlushWait = 10 * time.Second
+
+// closeWithin calls shut with a context that ends after d of its own.
+func closeWithin(d time.Duration, shut func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return shut(ctx)
+}
 
 func (c *proxyConfig) proxyOptions(prov *otelconf.Providers, t http.RoundTripper, logger *slog.Logger) []openaihttp.Option {
 	opts := []openaihttp.Option{
@@ -365,11 +368,11 @@ func proxyModels(ctx context.Context, c *proxyConfig, t http.RoundTripper, logge
 }
 
 // spansOut adds the -spans-out writer to cfg; its lines reach the file
-// within a second (lineout); close writes the rest and closes the file
+// within a second (lineout); closeSpans writes the rest and closes the file
 // (nil without -spans-out), once no span can end any more: the providers'
 // Shutdown would too, unless the export took its whole bound first.
 // dropped says how many spans a reader that did not keep up cost.
-func spansOut(name string, stdout io.Writer, cfg *otelconf.Config) (dropped func() int64, close func(context.Context) error, err error) {
+func spansOut(name string, stdout io.Writer, cfg *otelconf.Config) (dropped func() int64, closeSpans func(context.Context) error, err error) {
 	if name == "" {
 		return func() int64 { return 0 }, nil, nil
 	}

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+	"slices"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -132,16 +133,14 @@ func value(v attribute.Value) any {
 		return float(v.AsFloat64())
 	case attribute.FLOAT64SLICE:
 		fs := v.AsFloat64Slice()
-		for _, f := range fs {
-			if math.IsNaN(f) || math.IsInf(f, 0) {
-				out := make([]any, len(fs))
-				for i, f := range fs {
-					out[i] = float(f)
-				}
-				return out
-			}
+		if !slices.ContainsFunc(fs, nonFinite) {
+			return fs
 		}
-		return fs
+		out := make([]any, len(fs))
+		for i, f := range fs {
+			out[i] = float(f)
+		}
+		return out
 	case attribute.SLICE:
 		vs := v.AsSlice()
 		out := make([]any, len(vs))
@@ -154,6 +153,8 @@ func value(v attribute.Value) any {
 	}
 	return v.AsInterface()
 }
+
+func nonFinite(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) }
 
 func float(f float64) any {
 	switch {
