@@ -22,12 +22,7 @@ func TestOTLPCompression(t *testing.T) {
 		{"unknown: none", []string{"OTEL_EXPORTER_OTLP_COMPRESSION", "snappy"}, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cleanEnv(t, append([]string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1"}, tc.env...)...)
-			errs := captureErrors(t)
-			sel, err := selectSignal("traces", "")
-			if err != nil {
-				t.Fatal(err)
-			}
+			sel, errs := selectTraces(t, tc.env...)
 			if sel.gzip != tc.gzip {
 				t.Errorf("gzip %v; want %v", sel.gzip, tc.gzip)
 			}

@@ -32,12 +32,7 @@ func TestOTLPTimeout(t *testing.T) {
 		{"past Duration", []string{"OTEL_EXPORTER_OTLP_TIMEOUT", "9300000000000"}, time.Duration(1<<63 - 1), true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cleanEnv(t, append([]string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1"}, tc.env...)...)
-			errs := captureErrors(t)
-			sel, err := selectSignal("traces", "")
-			if err != nil {
-				t.Fatal(err)
-			}
+			sel, errs := selectTraces(t, tc.env...)
 			if sel.timeout != tc.want || sel.timeoutSet != tc.set {
 				t.Errorf("timeout %v (set %v); want %v (set %v)", sel.timeout, sel.timeoutSet, tc.want, tc.set)
 			}
@@ -55,25 +50,34 @@ func TestOTLPTimeout(t *testing.T) {
 // OTLP/HTTP exporter bounds each attempt by the timeout but retries a
 // timed-out one for up to a minute, under the batch processor's bound.
 func TestNegativeTimeoutBoundsExport(t *testing.T) {
-	for _, proto := range []string{"grpc"} {
-		t.Run(proto, func(t *testing.T) {
-			ep := silentListener(t)
-			cleanEnv(t, "OTEL_EXPORTER_OTLP_ENDPOINT", ep, "OTEL_EXPORTER_OTLP_PROTOCOL", proto,
-				"OTEL_METRICS_EXPORTER", "none", "OTEL_BSP_EXPORT_TIMEOUT", "0",
-				"OTEL_EXPORTER_OTLP_TIMEOUT", "200", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "-1")
-			_ = captureErrors(t)
-			p := setup(t, Config{})
-			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			request(t, tr)
-			_ = tr.Shutdown(context.Background())
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := p.Batch.ForceFlush(ctx); err != nil {
-				t.Fatalf("the export to a silent backend was not bounded by OTEL_EXPORTER_OTLP_TIMEOUT=200: %v", err)
-			}
-		})
+	ep := silentListener(t)
+	cleanEnv(t, "OTEL_EXPORTER_OTLP_ENDPOINT", ep, "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc",
+		"OTEL_METRICS_EXPORTER", "none", "OTEL_BSP_EXPORT_TIMEOUT", "0",
+		"OTEL_EXPORTER_OTLP_TIMEOUT", "200", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "-1")
+	_ = captureErrors(t)
+	p := setup(t, Config{})
+	tr, err := otelstats.NewTracker(p.TrackerOptions()...)
+	if err != nil {
+		t.Fatal(err)
 	}
+	request(t, tr)
+	_ = tr.Shutdown(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Batch.ForceFlush(ctx); err != nil {
+		t.Fatalf("the export to a silent backend was not bounded by OTEL_EXPORTER_OTLP_TIMEOUT=200: %v", err)
+	}
+}
+
+// selectTraces is the traces signal's selection under env (variable,
+// value, …) beside an OTLP endpoint, and the errors it reported.
+func selectTraces(t *testing.T, env ...string) (selection, *errorLog) {
+	t.Helper()
+	cleanEnv(t, append([]string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1"}, env...)...)
+	errs := captureErrors(t)
+	sel, err := selectSignal("traces", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sel, errs
 }

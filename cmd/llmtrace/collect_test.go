@@ -60,19 +60,7 @@ func readStats(t *testing.T, path string) map[string]map[string]any {
 
 func TestCollectStdin(t *testing.T) {
 	dir := t.TempDir()
-	// collect is live: times must be now-ish, or the auto-sweep ends the
-	// request as abandoned (historical logs are for llmtrace replay).
-	now := fmt.Sprintf("%d.5", time.Now().Unix())
-	in := strings.Join([]string{
-		`{"type":"HELLO","producer":"py","wall_ts":` + now + `,"mono_ts":10}`,
-		`{"request_id":"r1","type":"ARRIVED","ts":` + now + `,"model":"m"}`,
-		`{"request_id":"r1","type":"QUEUED","mono_ts":10.001}`,
-		`{"request_id":"r1","type":"PREFILLING","mono_ts":10.004,"num_computed_tokens":8,"num_cached_tokens":0}`,
-		`{"request_id":"r1","type":"DECODING","mono_ts":10.010}`,
-		`{"request_id":"r1","type":"FINISHED","side":"engine","mono_ts":10.020,"finish_reason":"stop"}`,
-		`garbage line`,
-		``,
-	}, "\n")
+	in := strings.Join(append(liveRequest(), `garbage line`, ``), "\n")
 	var stderr bytes.Buffer
 	statsFile := filepath.Join(dir, "stats.jsonl")
 	code := collect(context.Background(), []string{"-listen", "-", "-stats-out", statsFile, "-stats-log", "0"},
@@ -158,12 +146,7 @@ func TestCollectUnixSocket(t *testing.T) {
 	if len(stats) != 3 || stats["u2"]["finish_reason"] != "length" {
 		t.Fatalf("stats %v\nstderr:\n%s", stats, stderr.String())
 	}
-	f, err := os.Open(spansFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sp, err := spanlog.Read(f)
+	sp, err := readSpans(t, spansFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,25 +198,8 @@ func (l *lockedBuffer) String() string {
 // written out and closed before the export takes its bound (it took the
 // shared one, and the stats file's close failed with the deadline).
 func TestCollectExitBackendSilent(t *testing.T) {
-	silent := startSilent(t)
-	for k, v := range map[string]string{
-		"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + silent.Addr().String(),
-		"OTEL_BSP_EXPORT_TIMEOUT": "600000", "OTEL_EXPORTER_OTLP_TIMEOUT": "600000", "OTEL_BSP_SCHEDULE_DELAY": "600000",
-	} {
-		t.Setenv(k, v)
-	}
-	defer func(d time.Duration) { exitFlushWait = d }(exitFlushWait)
-	exitFlushWait = time.Second
-	now := fmt.Sprintf("%d.5", time.Now().Unix())
-	in := strings.Join([]string{
-		`{"type":"HELLO","producer":"py","wall_ts":` + now + `,"mono_ts":10}`,
-		`{"request_id":"r1","type":"ARRIVED","ts":` + now + `,"model":"m"}`,
-		`{"request_id":"r1","type":"QUEUED","mono_ts":10.001}`,
-		`{"request_id":"r1","type":"PREFILLING","mono_ts":10.004,"num_computed_tokens":8,"num_cached_tokens":0}`,
-		`{"request_id":"r1","type":"DECODING","mono_ts":10.010}`,
-		`{"request_id":"r1","type":"FINISHED","side":"engine","mono_ts":10.020,"finish_reason":"stop"}`,
-		``,
-	}, "\n")
+	exportToSilentBackend(t)
+	in := strings.Join(append(liveRequest(), ``), "\n")
 	dir := t.TempDir()
 	statsFile, spansFile := filepath.Join(dir, "stats.jsonl"), filepath.Join(dir, "spans.jsonl")
 	var stderr bytes.Buffer
@@ -245,15 +211,52 @@ func TestCollectExitBackendSilent(t *testing.T) {
 	if s := readStats(t, statsFile); len(s) != 1 {
 		t.Errorf("%d stats lines, want 1", len(s))
 	}
-	f, err := os.Open(spansFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if sp, _ := spanlog.Read(f); len(sp) == 0 {
+	if sp, _ := readSpans(t, spansFile); len(sp) == 0 {
 		t.Errorf("no spans in -spans-out")
 	}
 	if strings.Contains(stderr.String(), "-stats-out") || strings.Contains(stderr.String(), "-spans-out") {
 		t.Errorf("an output's failure reported:\n%s", stderr.String())
 	}
+}
+
+// liveRequest is the update log of one request, r1, with a HELLO: collect
+// is live, so its times are now-ish, or the auto-sweep would end the
+// request as abandoned (historical logs are for llmtrace replay).
+func liveRequest() []string {
+	now := fmt.Sprintf("%d.5", time.Now().Unix())
+	return []string{
+		`{"type":"HELLO","producer":"py","wall_ts":` + now + `,"mono_ts":10}`,
+		`{"request_id":"r1","type":"ARRIVED","ts":` + now + `,"model":"m"}`,
+		`{"request_id":"r1","type":"QUEUED","mono_ts":10.001}`,
+		`{"request_id":"r1","type":"PREFILLING","mono_ts":10.004,"num_computed_tokens":8,"num_cached_tokens":0}`,
+		`{"request_id":"r1","type":"DECODING","mono_ts":10.010}`,
+		`{"request_id":"r1","type":"FINISHED","side":"engine","mono_ts":10.020,"finish_reason":"stop"}`,
+	}
+}
+
+// exportToSilentBackend points the OTLP exporters at an endpoint that
+// accepts and never answers, with bounds so long that only the command's
+// own exit bound (exitFlushWait, one second here) ends the export.
+func exportToSilentBackend(t *testing.T) {
+	silent := startSilent(t)
+	for k, v := range map[string]string{
+		"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + silent.Addr().String(),
+		"OTEL_BSP_EXPORT_TIMEOUT": "600000", "OTEL_EXPORTER_OTLP_TIMEOUT": "600000", "OTEL_BSP_SCHEDULE_DELAY": "600000",
+	} {
+		t.Setenv(k, v)
+	}
+	d := exitFlushWait
+	t.Cleanup(func() { exitFlushWait = d })
+	exitFlushWait = time.Second
+}
+
+// readSpans reads a -spans-out file.
+func readSpans(t *testing.T, path string) ([]spanlog.Span, error) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return spanlog.Read(f)
 }

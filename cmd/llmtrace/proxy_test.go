@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/llmtrace/llmtrace/internal/spanlog"
 )
 
 func TestProxyCommand(t *testing.T) {
@@ -40,19 +38,8 @@ func TestProxyCommand(t *testing.T) {
 	statsFile, spansFile := filepath.Join(dir, "stats.jsonl"), filepath.Join(dir, "spans.jsonl")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrc := make(chan string, 1)
-	done := make(chan int)
-	var stderr bytes.Buffer
-	go func() {
-		done <- runProxy(ctx, []string{"-listen", "127.0.0.1:0", "-upstream", up.URL, "-stats-out", statsFile,
-			"-spans-out", spansFile, "-stats-log", "0"}, io.Discard, &stderr, func(a string) { addrc <- a })
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case code := <-done:
-		t.Fatalf("exit %d: %s", code, stderr.String())
-	}
+	var stderr lockedBuffer
+	addr, done := startProxy(ctx, t, &stderr, "-upstream", up.URL, "-stats-out", statsFile, "-spans-out", spansFile, "-stats-log", "0")
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
 	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama","stream":true}`))
@@ -90,12 +77,7 @@ func TestProxyCommand(t *testing.T) {
 	if len(stats) != 1 || s["num_output_tokens"] != float64(2) || s["first_token_latency_s"] == nil {
 		t.Fatalf("stats %v", stats)
 	}
-	f, err := os.Open(spansFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sp, _ := spanlog.Read(f)
+	sp, _ := readSpans(t, spansFile)
 	names := map[string]bool{}
 	for _, x := range sp {
 		names[x.Name] = true
@@ -176,14 +158,8 @@ func TestProxyDrainCut(t *testing.T) {
 	statsFile := filepath.Join(t.TempDir(), "stats.jsonl")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrc := make(chan string, 1)
-	done := make(chan int)
-	var stderr bytes.Buffer
-	go func() {
-		done <- runProxy(ctx, []string{"-listen", "127.0.0.1:0", "-upstream", up.URL, "-stats-out", statsFile,
-			"-stats-log", "0", "-models", "llama", "-drain", "300ms"}, io.Discard, &stderr, func(a string) { addrc <- a })
-	}()
-	addr := <-addrc
+	var stderr lockedBuffer
+	addr, done := startProxy(ctx, t, &stderr, "-upstream", up.URL, "-stats-out", statsFile, "-stats-log", "0", "-models", "llama", "-drain", "300ms")
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
 	start := time.Now()
@@ -225,15 +201,7 @@ func TestProxyDrainCut(t *testing.T) {
 // of the last requests are written all the same, before the export, and
 // no -stats-out failure is reported for the export's lost time.
 func TestProxyExitBackendSilent(t *testing.T) {
-	silent := startSilent(t)
-	for k, v := range map[string]string{
-		"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + silent.Addr().String(),
-		"OTEL_BSP_EXPORT_TIMEOUT": "600000", "OTEL_EXPORTER_OTLP_TIMEOUT": "600000", "OTEL_BSP_SCHEDULE_DELAY": "600000",
-	} {
-		t.Setenv(k, v)
-	}
-	defer func(d time.Duration) { exitFlushWait = d }(exitFlushWait)
-	exitFlushWait = time.Second
+	exportToSilentBackend(t)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, c := range []string{`{"choices":[{"delta":{"content":"a"}}]}`, `{"choices":[{"delta":{"content":"b"},"finish_reason":"stop"}]}`, `[DONE]`} {
@@ -246,19 +214,8 @@ func TestProxyExitBackendSilent(t *testing.T) {
 	statsFile, spansFile := filepath.Join(dir, "stats.jsonl"), filepath.Join(dir, "spans.jsonl")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrc := make(chan string, 1)
-	done := make(chan int)
 	var stderr lockedBuffer
-	go func() {
-		done <- runProxy(ctx, []string{"-listen", "127.0.0.1:0", "-upstream", up.URL, "-stats-out", statsFile, "-spans-out", spansFile,
-			"-stats-log", "0", "-models", "llama"}, io.Discard, &stderr, func(a string) { addrc <- a })
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case code := <-done:
-		t.Fatalf("exit %d: %s", code, stderr.String())
-	}
+	addr, done := startProxy(ctx, t, &stderr, "-upstream", up.URL, "-stats-out", statsFile, "-spans-out", spansFile, "-stats-log", "0", "-models", "llama")
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
 	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"llama","stream":true}`))
@@ -274,12 +231,7 @@ func TestProxyExitBackendSilent(t *testing.T) {
 	if s := readStats(t, statsFile); len(s) != 1 {
 		t.Errorf("%d stats lines, want 1", len(s))
 	}
-	f, err := os.Open(spansFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if sp, _ := spanlog.Read(f); len(sp) == 0 {
+	if sp, _ := readSpans(t, spansFile); len(sp) == 0 {
 		t.Errorf("no spans in -spans-out")
 	}
 	if strings.Contains(stderr.String(), "-stats-out") {
@@ -313,4 +265,21 @@ func TestProxyStartErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", c.args, code, stderr.String(), c.says)
 		}
 	}
+}
+
+// startProxy runs the proxy command on a free loopback port with args
+// until ctx ends; it returns the address it listens on and the channel of
+// its exit status, and fails the test if it exits before listening.
+func startProxy(ctx context.Context, t *testing.T, stderr *lockedBuffer, args ...string) (addr string, done <-chan int) {
+	t.Helper()
+	addrc, exit := make(chan string, 1), make(chan int, 1)
+	go func() {
+		exit <- runProxy(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), io.Discard, stderr, func(a string) { addrc <- a })
+	}()
+	select {
+	case addr = <-addrc:
+	case code := <-exit:
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	return addr, exit
 }
