@@ -305,19 +305,13 @@ func runCollect(ctx context.Context, cfg collectConfig, stdout, stderr io.Writer
 // setup opens the outputs, the providers and the tracker.
 func (r *collectRun) setup(ctx context.Context, cfg *collectConfig, stdout io.Writer) error {
 	oc := otelconf.Config{ServiceName: "llmtrace-collect", Prometheus: cfg.prometheus}
-	if cfg.spansOut != "" {
-		var w io.Writer = stdout
-		if cfg.spansOut != "-" {
-			f, err := os.Create(cfg.spansOut)
-			if err != nil {
-				return err
-			}
-			w = f
-		}
-		r.spanDump = spanlog.New(w, w != stdout)
+	var err error
+	if r.spanDump, err = spansOut(cfg.spansOut, stdout); err != nil {
+		return err
+	}
+	if r.spanDump != nil {
 		oc.SpanProcessors = []sdktrace.SpanProcessor{r.spanDump}
 	}
-	var err error
 	if r.prov, err = otelconf.Setup(ctx, oc); err != nil {
 		return fmt.Errorf("telemetry setup: %w", err)
 	}
@@ -364,6 +358,10 @@ func (r *collectRun) teardown() error {
 	defer cancel()
 	if r.tr != nil {
 		r.tr.Flush()
+		// The producers are gone: the requests the tracker ends now may
+		// wait for the files rather than lose their lines.
+		r.sink.waitWhenFull(ctx)
+		r.spanDump.WaitWhenFull(ctx)
 		_ = r.tr.Shutdown(ctx)
 	}
 	errs := r.closeOutputs()

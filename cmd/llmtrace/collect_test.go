@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -259,4 +261,58 @@ func readSpans(t *testing.T, path string) ([]spanlog.Span, error) {
 	}
 	defer f.Close()
 	return spanlog.Read(f)
+}
+
+// TestCollectExitKeepsEveryLine: at exit the tracker ends every request
+// still in flight at once. With -stats-out on a pipe whose reader lags,
+// that burst used to overflow the writer's pending bound and lose lines
+// (and make collect exit 1); at exit the lines now wait for the file.
+func TestCollectExitKeepsEveryLine(t *testing.T) {
+	const n = 50_000 // 400 bytes a line: 20 MB, more than twice the pending bound
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "stats.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip("no FIFOs here:", err)
+	}
+	inR, inW := io.Pipe()
+	closed := make(chan struct{})
+	lines := make(chan int, 1)
+	go func() {
+		f, err := os.Open(fifo) // blocks until collect opens it
+		if err != nil {
+			t.Error(err)
+			lines <- 0
+			return
+		}
+		defer f.Close()
+		<-closed
+		time.Sleep(500 * time.Millisecond) // lag behind the exit's burst
+		b, _ := io.ReadAll(f)
+		lines <- bytes.Count(b, []byte{'\n'})
+	}()
+	var stderr lockedBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- collect(context.Background(), []string{"-listen", "-", "-stats-out", fifo, "-stats-log", "0", "-workers", "1"},
+			inR, &bytes.Buffer{}, &stderr)
+	}()
+	now := float64(time.Now().UnixNano()) / 1e9
+	var in bytes.Buffer
+	fmt.Fprintf(&in, `{"type":"HELLO","producer":"py","wall_ts":%.6f,"mono_ts":10}`+"\n", now)
+	for i := range n {
+		fmt.Fprintf(&in, `{"request_id":"r%d","type":"ARRIVED","ts":%.6f,"model":"m"}`+"\n", i, now)
+		fmt.Fprintf(&in, `{"request_id":"r%d","type":"QUEUED","mono_ts":10.001}`+"\n", i)
+	}
+	if _, err := inW.Write(in.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // let the last lines be read
+	inW.Close()
+	close(closed)
+	if c := <-code; c != 0 {
+		t.Errorf("exit %d: %s", c, stderr.String())
+	}
+	if got := <-lines; got != n {
+		t.Errorf("%d stats lines of the %d requests in flight at exit", got, n)
+	}
 }

@@ -188,9 +188,12 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 		logger.Info("debug endpoints", "listen", addr)
 	}
 	cfg := otelconf.Config{ServiceName: "llmtrace-proxy", Prometheus: ml != nil}
-	spansDropped, spansClose, err := spansOut(c.spansOut, stdout, &cfg)
+	spanDump, err := spansOut(c.spansOut, stdout)
 	if err != nil {
 		return fmt.Errorf("-spans-out: %w", err)
+	}
+	if spanDump != nil {
+		cfg.SpanProcessors = append(cfg.SpanProcessors, spanDump)
 	}
 	prov, err := otelconf.Setup(ctx, cfg)
 	if err != nil {
@@ -276,6 +279,10 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	}
 	fctx, cancel2 := context.WithTimeout(context.Background(), exitFlushWait)
 	defer cancel2()
+	// No handler runs any more: the requests the tracker ends now may wait
+	// for the files rather than lose their lines.
+	sink.waitWhenFull(fctx)
+	spanDump.WaitWhenFull(fctx)
 	_ = tracker.Shutdown(fctx)
 	// The local files before the export, each within its own bound: an
 	// endpoint that is down or silent may take the export's whole bound,
@@ -286,8 +293,8 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	if sink != nil {
 		sinkErr = closeWithin(exitFlushWait, sink.close)
 	}
-	if spansClose != nil {
-		spansErr = closeWithin(exitFlushWait, spansClose)
+	if spanDump != nil {
+		spansErr = closeWithin(exitFlushWait, spanDump.Shutdown)
 	}
 	if serr := prov.Shutdown(fctx); serr != nil {
 		logger.Warn("export", "err", serr)
@@ -295,7 +302,7 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	if spansErr != nil {
 		logger.Warn("-spans-out", "err", spansErr)
 	}
-	if n := spansDropped(); n > 0 {
+	if n := spanDump.Dropped(); n > 0 {
 		logger.Warn("-spans-out", "err", fmt.Sprintf("%d spans dropped: the reader did not keep up", n))
 	}
 	if sum := prov.Summary(); sum != "" {
@@ -372,21 +379,19 @@ func proxyModels(ctx context.Context, c *proxyConfig, t http.RoundTripper, logge
 // (nil without -spans-out), once no span can end any more: the providers'
 // Shutdown would too, unless the export took its whole bound first.
 // dropped says how many spans a reader that did not keep up cost.
-func spansOut(name string, stdout io.Writer, cfg *otelconf.Config) (dropped func() int64, closeSpans func(context.Context) error, err error) {
+func spansOut(name string, stdout io.Writer) (*spanlog.Processor, error) {
 	if name == "" {
-		return func() int64 { return 0 }, nil, nil
+		return nil, nil
 	}
 	w := stdout
 	if name != "-" {
 		f, err := os.Create(name)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		w = f
 	}
-	proc := spanlog.New(w, w != stdout)
-	cfg.SpanProcessors = append(cfg.SpanProcessors, proc)
-	return proc.Dropped, proc.Shutdown, nil
+	return spanlog.New(w, w != stdout), nil
 }
 
 // handlerExitWait bounds how long the proxy waits, after cutting the

@@ -46,6 +46,14 @@ func (s *statsSink) write(st *otelstats.RequestStats) {
 	_, _ = s.w.Write(s.buf)
 }
 
+// waitWhenFull has writes wait for the file, not drop lines, until ctx
+// ends (lineout.Writer.WaitWhenFull). A nil sink does nothing.
+func (s *statsSink) waitWhenFull(ctx context.Context) {
+	if s != nil {
+		s.w.WaitWhenFull(ctx)
+	}
+}
+
 // close writes what waits and closes the file (stdout stays open), within
 // ctx; lines the reader did not take in time are reported.
 func (s *statsSink) close(ctx context.Context) error {

@@ -39,6 +39,8 @@ type Writer struct {
 	closed  bool
 	err     error // the first error writing to w
 	dropped int64
+	patient context.Context // WaitWhenFull's: while live, a full Write waits
+	taken   chan struct{}   // closed when the goroutine takes buf; nil until a Write waits
 
 	out   io.Writer
 	c     io.Closer
@@ -82,9 +84,12 @@ func (lw *Writer) Write(p []byte) (int, error) {
 		lw.mu.Unlock()
 		return 0, ErrClosed
 	case len(lw.buf)+len(p) > lw.max:
-		lw.dropped++
-		lw.mu.Unlock()
-		return len(p), nil
+		if lw.patient == nil || lw.patient.Err() != nil || len(p) > lw.max {
+			lw.dropped++
+			lw.mu.Unlock()
+			return len(p), nil
+		}
+		return lw.waitForRoom(p)
 	}
 	lw.buf = append(lw.buf, p...)
 	urgent := lw.delay < 0 || len(lw.buf) > lw.max/2
@@ -94,6 +99,37 @@ func (lw *Writer) Write(p []byte) (int, error) {
 		signal(lw.hurry)
 	}
 	return len(p), nil
+}
+
+// waitForRoom, entered holding mu with a live patient context, has the
+// goroutine write what waits now and writes p once it fits, or drops it
+// when the context ends first.
+func (lw *Writer) waitForRoom(p []byte) (int, error) {
+	ctx := lw.patient
+	if lw.taken == nil {
+		lw.taken = make(chan struct{})
+	}
+	taken := lw.taken
+	lw.mu.Unlock()
+	signal(lw.kick)
+	signal(lw.hurry)
+	select {
+	case <-taken:
+	case <-lw.done:
+	case <-ctx.Done():
+	}
+	return lw.Write(p)
+}
+
+// WaitWhenFull makes a Write that does not fit the pending bound wait for
+// the file instead of dropping the line, until ctx ends. It is for a
+// command's exit, once no engine or request waits on the writer: the
+// requests still in flight all end at once, and a burst of their lines
+// that a second's flushing would have spread out is kept, not dropped.
+func (lw *Writer) WaitWhenFull(ctx context.Context) {
+	lw.mu.Lock()
+	lw.patient = ctx
+	lw.mu.Unlock()
 }
 
 func signal(c chan struct{}) {
@@ -119,6 +155,10 @@ func (lw *Writer) run() {
 		lw.mu.Lock()
 		block, lw.buf = lw.buf, block[:0]
 		closed := lw.closed
+		if lw.taken != nil {
+			close(lw.taken)
+			lw.taken = nil
+		}
 		lw.mu.Unlock()
 		if len(block) > 0 {
 			if _, err := lw.out.Write(block); err != nil {

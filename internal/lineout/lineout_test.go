@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,4 +199,111 @@ func TestConcurrentWritesStayWholeLines(t *testing.T) {
 	if n := bytes.Count(b.b.Bytes(), []byte("\n")); n != 4000 {
 		t.Fatalf("%d lines, want 4000", n)
 	}
+}
+
+// gated holds its first block until open is closed: a file that lags
+// behind a burst.
+type gated struct {
+	open  chan struct{}
+	mu    sync.Mutex
+	lines int
+}
+
+func (g *gated) Write(p []byte) (int, error) {
+	<-g.open
+	g.mu.Lock()
+	g.lines += bytes.Count(p, []byte{'\n'})
+	g.mu.Unlock()
+	return len(p), nil
+}
+
+// TestWaitWhenFullKeepsABurst: at a command's exit the requests in flight
+// all end at once; with WaitWhenFull their lines wait for a file that lags
+// instead of being dropped, and Close writes them all. Without it the same
+// burst drops lines, counted.
+func TestWaitWhenFullKeepsABurst(t *testing.T) {
+	const n = 4 * MaxPending / 1024
+	for _, patient := range []bool{false, true} {
+		t.Run(fmt.Sprintf("patient=%v", patient), func(t *testing.T) {
+			g := &gated{open: make(chan struct{})}
+			w := New(g, false, 0)
+			if patient {
+				w.WaitWhenFull(context.Background())
+			}
+			// The file opens once twice what may wait has been offered,
+			// which only a writer that drops gets to, or, for the patient
+			// one, after 100 ms.
+			var offered atomic.Int64
+			wait := time.Minute
+			if patient {
+				wait = 100 * time.Millisecond
+			}
+			go func() {
+				defer close(g.open)
+				for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(time.Millisecond) {
+					if offered.Load() >= 2*MaxPending/1024 {
+						return
+					}
+				}
+			}()
+			line := append(bytes.Repeat([]byte("x"), 1023), '\n')
+			for range n {
+				if _, err := w.Write(line); err != nil {
+					t.Fatal(err)
+				}
+				offered.Add(1)
+			}
+			if err := w.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			g.mu.Lock()
+			got := g.lines
+			g.mu.Unlock()
+			switch d := w.Dropped(); {
+			case patient && (d != 0 || got != n):
+				t.Errorf("waiting for the file: %d of %d lines written, %d dropped", got, n, d)
+			case !patient && (d == 0 || int64(got)+d != n):
+				t.Errorf("not waiting: %d written and %d dropped of %d, want some dropped and none lost uncounted", got, d, n)
+			}
+		})
+	}
+}
+
+// TestWaitWhenFullEndsWithItsContext: a stalled file holds a waiting
+// Write only until WaitWhenFull's context ends; from then on lines are
+// dropped and counted again, and no Write blocks.
+func TestWaitWhenFullEndsWithItsContext(t *testing.T) {
+	s := stalled{release: make(chan struct{})}
+	defer close(s.release)
+	w := New(s, false, -1)
+	ctx, cancel := context.WithCancel(context.Background())
+	w.WaitWhenFull(ctx)
+	line := append(bytes.Repeat([]byte("x"), 1023), '\n')
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 3 * MaxPending / 1024 {
+			if _, err := w.Write(line); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+		t.Fatal("every Write returned on a stalled file while waiting was asked for")
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Writes still blocked after WaitWhenFull's context ended")
+	}
+	if w.Dropped() == 0 {
+		t.Error("no line dropped on a stalled file once the wait ended")
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer ccancel()
+	_ = w.Close(cctx)
 }

@@ -68,6 +68,16 @@ func New(w io.Writer, close bool) *Processor {
 	return &Processor{w: lineout.New(w, close, 0)}
 }
 
+// WaitWhenFull has the spans that end from now until ctx ends wait for the
+// file rather than be dropped when it lags (lineout.Writer.WaitWhenFull):
+// for a command's exit, when nothing serves requests any more. A nil
+// Processor does nothing.
+func (p *Processor) WaitWhenFull(ctx context.Context) {
+	if p != nil {
+		p.w.WaitWhenFull(ctx)
+	}
+}
+
 // OnStart does nothing.
 func (p *Processor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
@@ -177,7 +187,12 @@ func (p *Processor) Shutdown(ctx context.Context) error { return p.w.Close(ctx) 
 // Dropped is how many spans' lines were dropped because the writer did not
 // keep up (lineout.MaxPending) or, which should never happen, because
 // json.Marshal refused the span.
-func (p *Processor) Dropped() int64 { return p.w.Dropped() + p.unwritable.Load() }
+func (p *Processor) Dropped() int64 {
+	if p == nil {
+		return 0
+	}
+	return p.w.Dropped() + p.unwritable.Load()
+}
 
 // Read parses a dump.
 func Read(r io.Reader) ([]Span, error) {
