@@ -120,9 +120,10 @@
 // wall_ts is Unix seconds, mono_ts seconds on the producer's monotonic
 // clock (any origin), both decimal and read exactly to the nanosecond. An
 // update line carries ts (Unix seconds) or mono_ts; when it has both, ts
-// wins. A final line without its newline is applied if it is a complete JSON
-// object and counted as truncated otherwise; a longer line than MaxLine is
-// skipped up to its newline and counted as oversized.
+// wins, and a null one counts as absent (Python's json.dumps writes an
+// unset field as null). A final line without its newline is applied if it
+// is a complete JSON object and counted as truncated otherwise; a longer
+// line than MaxLine is skipped up to its newline and counted as oversized.
 //
 // # Binary encoding, version 1
 //

@@ -444,13 +444,9 @@ func (s *stream) jsonLine(line []byte, complete bool) bool {
 		return false
 	}
 	parse := line
-	monoOnly := extras && x.MonoTS != nil && len(x.TS) == 0
+	monoOnly := extras && x.MonoTS != nil && isNull(x.TS)
 	if monoOnly {
-		// ParseUpdate needs a ts; the real time comes from mono_ts below.
-		parse = make([]byte, 0, len(line)+8)
-		parse = append(parse, '{')
-		parse = append(parse, `"ts":1,`...)
-		parse = append(parse, line[1:]...)
+		parse = withTS(line)
 	}
 	u, err := ParseUpdate(parse)
 	if err != nil {
@@ -469,6 +465,26 @@ func (s *stream) jsonLine(line []byte, complete bool) bool {
 	}
 	s.stamped(&u, st)
 	return true
+}
+
+// isNull reports whether a field is absent or null: Python's json.dumps
+// of an optional field that is None, as a dataclass with both ts and
+// mono_ts writes the one it does not use.
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// withTS is line with a placeholder ts, which ParseUpdate needs; the real
+// time comes from mono_ts. It goes last, where it wins over a "ts":null
+// (the last of duplicate keys wins). A line that does not end its object
+// is left as it is, for ParseUpdate to refuse.
+func withTS(line []byte) []byte {
+	if len(line) == 0 || line[len(line)-1] != '}' {
+		return line
+	}
+	parse := make([]byte, 0, len(line)+8)
+	parse = append(parse, line[:len(line)-1]...)
+	return append(parse, `,"ts":1}`...)
 }
 
 // jsonReject counts a line ParseUpdate refused.
