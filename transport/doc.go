@@ -121,9 +121,11 @@
 // clock (any origin), both decimal and read exactly to the nanosecond. An
 // update line carries ts (Unix seconds) or mono_ts; when it has both, ts
 // wins, and a null one counts as absent (Python's json.dumps writes an
-// unset field as null). A final line without its newline is applied if it
-// is a complete JSON object and counted as truncated otherwise; a longer
-// line than MaxLine is skipped up to its newline and counted as oversized.
+// unset field as null). A final line without its newline is taken as if
+// it had one when it is a whole JSON object (applied, or rejected for the
+// rule it breaks) and counted as truncated when it ends inside its object;
+// a longer line than MaxLine is skipped up to its newline and counted as
+// oversized.
 //
 // # Binary encoding, version 1
 //

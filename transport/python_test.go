@@ -44,3 +44,38 @@ func TestJSONNullTSWithMonoTS(t *testing.T) {
 		t.Errorf("stream stats %+v", st)
 	}
 }
+
+// A final line without its newline ("\n".join(lines)) that is a whole JSON
+// object is judged as with its newline: one that breaks a rule is rejected
+// for that rule, one that is no valid JSON (Python's NaN) is malformed.
+// They were all counted as truncated, their reason neither logged nor in
+// llm.rejected_updates, as if the stream had been cut. Only a line that
+// ends inside its object is truncated.
+func TestFinalLineWithoutNewline(t *testing.T) {
+	for _, tc := range []struct {
+		name, last                     string
+		rejected, malformed, truncated int64
+		reason                         otelstats.Reason
+	}{
+		{"breaks a rule", `{"request_id": "r", "type": "FINISHED", "ts": 1700000000.5}`, 1, 0, 0, otelstats.ReasonMissingPayload},
+		{"NaN", `{"request_id": "r", "type": "DETOKENIZED", "ts": 1700000000.5, "num_new_tokens": 1, "busy_time_s": NaN}`, 0, 1, 0, otelstats.ReasonMalformed},
+		{"bad HELLO", `{"type": "HELLO", "producer": "py", "wall_ts": -1}`, 0, 1, 0, otelstats.ReasonMalformed},
+		{"cut short", `{"request_id": "r", "type": "FINISHED", "ts": 1700000000.5, "finish_re`, 0, 0, 1, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []*otelstats.RejectError
+			e := newEnv(t, Config{OnReject: func(re *otelstats.RejectError) { got = append(got, re) }})
+			st := e.c.ServeStream(bytes.NewReader([]byte(tc.last)), "py")
+			if st.Rejected != tc.rejected || st.Malformed != tc.malformed || st.Truncated != tc.truncated {
+				t.Errorf("rejected %d, malformed %d, truncated %d; want %d, %d, %d",
+					st.Rejected, st.Malformed, st.Truncated, tc.rejected, tc.malformed, tc.truncated)
+			}
+			if tc.reason != "" && e.rejected(tc.reason) != 1 {
+				t.Errorf("llm.rejected_updates{%s} = %d, want 1", tc.reason, e.rejected(tc.reason))
+			}
+			if tc.rejected > 0 && (len(got) != 1 || got[0].Reason != tc.reason) {
+				t.Errorf("OnReject saw %v, want one %s", got, tc.reason)
+			}
+		})
+	}
+}

@@ -438,7 +438,7 @@ func (s *stream) jsonLine(line []byte, complete bool) bool {
 		}
 	}
 	if extras && isHello(x.Type) {
-		return s.jsonHello(&x, complete)
+		return s.jsonHello(&x)
 	}
 	if !s.admit(nil) {
 		return false
@@ -450,7 +450,7 @@ func (s *stream) jsonLine(line []byte, complete bool) bool {
 	}
 	u, err := ParseUpdate(parse)
 	if err != nil {
-		s.jsonReject(err, complete)
+		s.jsonReject(line, err, complete)
 		return true
 	}
 	st := Stamp{Ns: u.Time.UnixNano()}
@@ -465,6 +465,14 @@ func (s *stream) jsonLine(line []byte, complete bool) bool {
 	}
 	s.stamped(&u, st)
 	return true
+}
+
+// cutShort reports whether line ends inside its JSON value: the stream
+// ended in the middle of a line. A final line that is whole but breaks a
+// rule is rejected for that rule, as with its newline.
+func cutShort(line []byte) bool {
+	var v json.RawMessage
+	return errors.Is(json.NewDecoder(bytes.NewReader(line)).Decode(&v), io.ErrUnexpectedEOF)
 }
 
 // isNull reports whether a field is absent or null: Python's json.dumps
@@ -487,10 +495,11 @@ func withTS(line []byte) []byte {
 	return append(parse, `,"ts":1}`...)
 }
 
-// jsonReject counts a line ParseUpdate refused.
-func (s *stream) jsonReject(err error, complete bool) {
+// jsonReject counts a line ParseUpdate refused; complete says it ended
+// with a newline.
+func (s *stream) jsonReject(line []byte, err error, complete bool) {
 	c := s.c
-	if !complete {
+	if !complete && cutShort(line) {
 		s.count(&s.st.Truncated, &c.n.truncated, "truncated")
 		return
 	}
@@ -507,17 +516,15 @@ func (s *stream) jsonReject(err error, complete bool) {
 	}
 }
 
-func (s *stream) jsonHello(x *lineExtras, complete bool) bool {
+// jsonHello applies a HELLO line, which decoded whole: a bad one is
+// malformed, with or without its newline.
+func (s *stream) jsonHello(x *lineExtras) bool {
 	h, detail := parseJSONHello(x)
 	if detail != "" {
 		c := s.c
-		if !complete {
-			s.count(&s.st.Truncated, &c.n.truncated, "truncated")
-		} else {
-			s.count(&s.st.Malformed, &c.n.malformed, "malformed")
-			c.countRejection(otelstats.ReasonMalformed, nil)
-			c.log.Debug("bad HELLO", "producer", s.st.Producer, "detail", detail)
-		}
+		s.count(&s.st.Malformed, &c.n.malformed, "malformed")
+		c.countRejection(otelstats.ReasonMalformed, nil)
+		c.log.Debug("bad HELLO", "producer", s.st.Producer, "detail", detail)
 		return s.admit(nil)
 	}
 	if !s.admit(&h) {
