@@ -111,5 +111,7 @@
 // span lacks). Differences under a microsecond are rounding, not
 // contradictions. Nothing is ever negative. A span without a usable
 // time_to_first_token, e2e or time_in_queue has nothing to rebuild:
-// Compute reports false and the span passes untouched.
+// Compute reports false and the span passes untouched. So does a span
+// whose start or end lies outside 1970–2262, the Unix nanoseconds an int64
+// holds: its children could not be placed in its century.
 package reconstruct

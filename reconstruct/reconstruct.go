@@ -119,9 +119,24 @@ func (r *Request) clamp(t, lo, hi time.Time) time.Time {
 	return t
 }
 
+// firstInstant and lastInstant bound the span times Compute accepts: the
+// children travel as Unix nanoseconds in an int64 (spans.Tree), 0 meaning
+// "never happened", and leave as OTLP's unsigned ones. A span outside (a
+// clock decades off, a pdata timestamp past 2262 read back wrapped into
+// 1677–1970) would get children in another century, or collapsed onto its
+// start with spurious clamps.
+var firstInstant, lastInstant = time.Unix(0, 1), time.Unix(0, math.MaxInt64)
+
+// representable reports whether t lies in [firstInstant, lastInstant]; the
+// zero Time (no timestamp) does not.
+func representable(t time.Time) bool {
+	return !t.Before(firstInstant) && !t.After(lastInstant)
+}
+
 // Compute rebuilds the request of s under engine e. It reports false, and
-// s should pass untouched, when s has no start or none of the keys the
-// instants hang on (a usable time_to_first_token, e2e or time_in_queue).
+// s should pass untouched, when s has no start or end, one outside
+// 1970–2262 (representable), or none of the keys the instants hang on (a
+// usable time_to_first_token, e2e or time_in_queue).
 // Compute does not allocate; it never panics on any input.
 func Compute(s *Span, e Engine) (Request, bool) {
 	r := Request{
@@ -133,7 +148,7 @@ func Compute(s *Span, e Engine) (Request, bool) {
 	if r.Provider == "" {
 		r.Provider = e.Name
 	}
-	if s.Start.IsZero() || s.End.IsZero() {
+	if !representable(s.Start) || !representable(s.End) {
 		return r, false
 	}
 	ttft, hasTTFT := r.duration(s.Latency.TTFT)

@@ -285,3 +285,31 @@ func TestDetect(t *testing.T) {
 		t.Error("EngineByName found an unknown engine")
 	}
 }
+
+// Instants travel as Unix nanoseconds in an int64 (spans.Tree) and leave as
+// OTLP's unsigned ones: a span outside 1970–2262 (a clock decades off, a
+// pdata timestamp past 2262 read back wrapped into 1677–1970) cannot carry
+// children. Its children came out in another century, or all collapsed
+// onto the start with spurious clamps; it now passes untouched.
+func TestComputeUnrepresentableTimes(t *testing.T) {
+	l := lat(300, 1000, 50, 200, 600)
+	y2300 := time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)
+	last := time.Unix(0, math.MaxInt64)
+	for name, s := range map[string]Span{
+		"after 2262":       {Start: y2300, End: y2300.Add(time.Second), Latency: l},
+		"ending past 2262": {Start: last.Add(-500 * time.Millisecond), End: last.Add(500 * time.Millisecond), Latency: l},
+		"before 1970":      {Start: time.Unix(-10, 0), End: time.Unix(-9, 0), Latency: l},
+		"at the epoch":     {Start: time.Unix(0, 0), End: time.Unix(1, 0), Latency: l},
+	} {
+		if r, ok := Compute(&s, VLLM); ok {
+			var tr spans.Tree
+			r.Tree(&tr)
+			t.Errorf("%s: Compute rebuilt the request (children %+v)", name, tr.Spans[1:])
+		}
+	}
+	// The last representable instants still work.
+	s := Span{Start: last.Add(-2 * time.Second), End: last, Latency: l}
+	if _, ok := Compute(&s, VLLM); !ok {
+		t.Error("a span ending at the last representable instant was not rebuilt")
+	}
+}
