@@ -108,6 +108,8 @@ func (s *Span) Set(key string, v Value) {
 		s.CachedTokens = count(v)
 	case attributes.Preemptions:
 		s.Preemptions = count(v)
+	case keyNumSequences:
+		s.Sequences = count(v)
 	case attributes.RequestModel:
 		s.Model = name(v)
 	case attributes.ResponseModel:
@@ -128,6 +130,10 @@ func (s *Span) Set(key string, v Value) {
 		s.LoRAAdapter = name(v)
 	}
 }
+
+// keyNumSequences is vLLM V0's count of a request's sequences (n,
+// best_of), whose completion tokens it sums.
+const keyNumSequences attribute.Key = "gen_ai.usage.num_sequences"
 
 // float is a latency attribute's value. A key the span carries without a
 // usable number (NaN, a string) is −Inf: present and invalid, so Compute

@@ -67,7 +67,10 @@
 // time_in_model_execute are busy times, not instants). So QUEUED = start,
 // PREFILLING = start + time_in_queue, first token = start +
 // time_to_first_token, no last token (the decode segment runs to
-// FINISHED), FINISHED = start + e2e.
+// FINISHED), FINISHED = start + e2e. Its gen_ai.usage.completion_tokens is
+// the sum over the request's sequences (n, best_of), counted in
+// gen_ai.usage.num_sequences: with more than one, TPOT is absent (decode
+// / (sum − 1) is no sequence's time per token).
 //
 // TensorRT-LLM (tracing added by TensorRT-LLM pull request 5897, August
 // 2025; Engine TensorRTLLM). Its tracing module is adapted from vLLM's and

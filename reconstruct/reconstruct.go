@@ -43,6 +43,9 @@ type Span struct {
 	// Preemptions is llmtrace's llm.preemptions (-1 when absent; engines
 	// do not report it).
 	Preemptions int
+	// Sequences is vLLM V0's gen_ai.usage.num_sequences (0 or -1 when
+	// absent): more than one, and OutputTokens is their sum.
+	Sequences int
 }
 
 // Request is a rebuilt request: its lifecycle instants, each inside the
@@ -64,7 +67,9 @@ type Request struct {
 	End time.Time
 
 	InputTokens, OutputTokens, CachedTokens, Preemptions int
-	Operation, Model, FinishReason                       string
+	// Sequences as in Span: past one, OutputTokens sums them.
+	Sequences                      int
+	Operation, Model, FinishReason string
 	// Provider is gen_ai.provider.name, which the conventions require on
 	// the gen_ai.server.* metrics: the span's, else the engine's name.
 	Provider            string
@@ -141,7 +146,7 @@ func representable(t time.Time) bool {
 func Compute(s *Span, e Engine) (Request, bool) {
 	r := Request{
 		Engine: e, InputTokens: s.InputTokens, OutputTokens: s.OutputTokens,
-		CachedTokens: s.CachedTokens, Preemptions: s.Preemptions,
+		CachedTokens: s.CachedTokens, Preemptions: s.Preemptions, Sequences: s.Sequences,
 		Operation: s.Operation, Model: s.Model, FinishReason: s.FinishReason, Failed: s.Failed,
 		Provider: s.Provider, PDRole: s.PDRole, LoRAAdapter: s.LoRAAdapter,
 	}

@@ -313,3 +313,28 @@ func TestComputeUnrepresentableTimes(t *testing.T) {
 		t.Error("a span ending at the last representable instant was not rebuilt")
 	}
 }
+
+// vLLM V0 sums gen_ai.usage.completion_tokens over a request's sequences
+// (n > 1, best_of) and says how many in gen_ai.usage.num_sequences: decode
+// / (sum − 1) is no sequence's time per output token (a quarter of it for
+// n = 4), so TPOT is absent; the token count stays the total.
+func TestStatsNoTPOTForSeveralSequences(t *testing.T) {
+	attrs := []attribute.KeyValue{
+		attributes.LatencyTimeToFirstToken.Float64(0.3), attributes.LatencyE2E.Float64(1),
+		attributes.LatencyTimeInQueue.Float64(0.1), attributes.EngineUsageCompletionTokens.Int(40),
+		attribute.Int("gen_ai.usage.num_sequences", 4),
+	}
+	s := FromAttributes("llm_request", "vllm.llm_engine", t0, ms(1000), attrs)
+	r, ok := Compute(&s, Detect(&s))
+	if !ok {
+		t.Fatal("nothing rebuilt")
+	}
+	if st := r.Stats(); st.Has&HasTPOT != 0 || r.OutputTokens != 40 {
+		t.Errorf("TPOT %v (has %v), output tokens %d; want no TPOT, 40 tokens", st.TPOT, st.Has&HasTPOT != 0, r.OutputTokens)
+	}
+	s = FromAttributes("llm_request", "vllm.llm_engine", t0, ms(1000), append(attrs[:4:4], attribute.Int("gen_ai.usage.num_sequences", 1)))
+	r, _ = Compute(&s, Detect(&s))
+	if st := r.Stats(); st.Has&HasTPOT == 0 {
+		t.Error("one sequence lost its TPOT")
+	}
+}

@@ -27,13 +27,16 @@ const (
 // Stats derives the request's durations: e2e = FINISHED − ARRIVED, TTFT =
 // first token − ARRIVED, queue = PREFILLING − QUEUED, prefill = first token
 // − PREFILLING, decode = FINISHED − first token, inference = FINISHED −
-// PREFILLING, TPOT = decode / (output tokens − 1) for more than one token.
+// PREFILLING, TPOT = decode / (output tokens − 1) for more than one token
+// of one sequence.
 func (r *Request) Stats() Stats {
 	s := Stats{E2E: r.Finished.Sub(r.Arrived)}
 	if !r.FirstToken.IsZero() {
 		s.TTFT, s.Decode = r.FirstToken.Sub(r.Arrived), r.Finished.Sub(r.FirstToken)
 		s.Has |= HasTTFT | HasDecode
-		if r.OutputTokens > 1 {
+		// Several sequences' summed tokens were generated side by side:
+		// decode / (sum − 1) is no sequence's time per token.
+		if r.OutputTokens > 1 && r.Sequences <= 1 {
 			s.TPOT = s.Decode / time.Duration(r.OutputTokens-1)
 			s.Has |= HasTPOT
 		}
