@@ -53,7 +53,7 @@ type logLine struct {
 	Side              *string                   `json:"side"`
 	Model             *string                   `json:"model"`
 	Operation         *string                   `json:"operation"`
-	Scope             *string                   `json:"scope"`
+	Scope             json.RawMessage           `json:"scope"`
 	NumPromptTokens   *json.Number              `json:"num_prompt_tokens"`
 	NumComputedTokens *json.Number              `json:"num_computed_tokens"`
 	NumCachedTokens   *json.Number              `json:"num_cached_tokens"`
@@ -130,19 +130,20 @@ func parseIdentity(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 	if len(l.RequestID) == 0 || string(l.RequestID) == "null" {
 		return &otelstats.RejectError{Reason: otelstats.ReasonMissingRequestID}
 	}
-	if err := json.Unmarshal(l.RequestID, &u.RequestID); err != nil {
-		return &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "request_id must be a string"}
-	}
-	if !utf8.Valid(l.RequestID) {
-		// encoding/json would replace the bytes with U+FFFD, and two ids
-		// that differ in them would become one request.
-		return &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "request_id is not UTF-8"}
+	if rerr := parseID(l.RequestID, &u.RequestID, "request_id"); rerr != nil {
+		return rerr
 	}
 	if u.RequestID == "" {
 		return &otelstats.RejectError{Reason: otelstats.ReasonMissingRequestID}
 	}
 	if len(u.RequestID) > otelstats.MaxIDLength {
 		return reject(u, otelstats.SideAuto, otelstats.ReasonTooLong, "request id longer than "+strconv.Itoa(otelstats.MaxIDLength)+" bytes")
+	}
+	if len(l.Scope) > 0 && string(l.Scope) != "null" {
+		if rerr := parseID(l.Scope, &u.Scope, "scope"); rerr != nil {
+			rerr.RequestID = u.RequestID
+			return rerr
+		}
 	}
 	k, err := parseKind(l.Type)
 	if err != nil {
@@ -157,6 +158,50 @@ func parseIdentity(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 		u.Side = s
 	}
 	return nil
+}
+
+// parseID reads an identity (the request id, the scope) from its JSON
+// string. One that is not UTF-8 is refused: encoding/json would replace
+// its invalid bytes, or a lone surrogate escape ("\ud800", which Python's
+// json.dumps writes for a string that holds one), with U+FFFD, and two
+// identities that differ there would become one request.
+func parseID(raw json.RawMessage, dst *string, name string) *otelstats.RejectError {
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: name + " must be a string"}
+	}
+	if !utf8.Valid(raw) || !pairedSurrogates(raw) {
+		*dst = ""
+		return &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: name + " is not UTF-8"}
+	}
+	return nil
+}
+
+// pairedSurrogates reports whether every surrogate escape of the JSON
+// string raw is half of a pair, high then low, as encoding/json needs to
+// decode it as written.
+func pairedSurrogates(raw []byte) bool {
+	high := false // the previous character was a high surrogate escape
+	for i := 0; i < len(raw); i++ {
+		r := rune(-1) // no \u escape
+		if raw[i] == '\\' {
+			if i+5 < len(raw) && raw[i+1] == 'u' {
+				if v, err := strconv.ParseUint(string(raw[i+2:i+6]), 16, 16); err == nil {
+					r = rune(v)
+				}
+				i += 4
+			}
+			i++ // an escape's digits or escaped character are no escapes
+		}
+		switch {
+		case r >= 0xD800 && r < 0xDC00 && !high:
+			high = true
+		case r >= 0xDC00 && r < 0xE000 && high:
+			high = false
+		case high || (r >= 0xD800 && r < 0xE000):
+			return false
+		}
+	}
+	return !high
 }
 
 func parseTime(l *logLine, u *otelstats.Update) *otelstats.RejectError {
@@ -176,7 +221,7 @@ func parseStrings(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 		dst *string
 		src *string
 	}{
-		{&u.Model, l.Model}, {&u.Operation, l.Operation}, {&u.Scope, l.Scope},
+		{&u.Model, l.Model}, {&u.Operation, l.Operation},
 		{&u.FinishReason, l.FinishReason}, {&u.ErrorType, l.ErrorType},
 		{&u.PDRole, l.PDRole}, {&u.KVSource, l.KVSource}, {&u.KVStatus, l.KVStatus}, {&u.LoRAAdapter, l.LoRAAdapter},
 	} {
@@ -404,8 +449,13 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	if u.Side != otelstats.SideAuto {
 		w.str("side", u.Side.String())
 	}
+	if u.Scope != "" {
+		// An identity, as the id: refused rather than read as another.
+		w.key("scope")
+		w = appendJSONString(w, u.Scope, true)
+	}
 	for _, f := range [...]struct{ k, v string }{
-		{"model", u.Model}, {"operation", u.Operation}, {"scope", u.Scope},
+		{"model", u.Model}, {"operation", u.Operation},
 		{"pd_role", u.PDRole}, {"lora_adapter", u.LoRAAdapter}, {"kv_source", u.KVSource}, {"kv_status", u.KVStatus},
 	} {
 		w.str(f.k, f.v)
@@ -464,9 +514,9 @@ func (w *jsonWriter) str(k, v string) {
 // appendJSONString appends s as a JSON string: strconv.AppendQuote's Go
 // escapes (\x01, \a, \U000e0001) are no JSON, and a line with one was
 // lost whole. Invalid UTF-8 becomes U+FFFD, as encoding/json reads it,
-// except in an id (rawInvalid): written as it is, it is refused as
-// malformed, as the update log refuses an id that is not UTF-8, where a
-// U+FFFD could make it another request's id.
+// except in an identity, the id or the scope (rawInvalid): written as it
+// is, it is refused as malformed, as the update log refuses an identity
+// that is not UTF-8, where a U+FFFD could make it another request's.
 func appendJSONString(dst []byte, s string, rawInvalid bool) []byte {
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {

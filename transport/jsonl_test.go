@@ -46,6 +46,14 @@ func badLines() []badLine {
 		{name: "null", line: `null`, reason: otelstats.ReasonMalformed},
 		{name: "a string", line: `"QUEUED"`, reason: otelstats.ReasonMalformed},
 		{name: "request id not UTF-8", line: "{\"request_id\":\"v\xff\",\"type\":\"QUEUED\",\"ts\":1700000000.5}", reason: otelstats.ReasonMalformed},
+		// Python's json.dumps writes a string holding a lone surrogate as
+		// its escape; decoded, it would be U+FFFD, like any other one's.
+		{name: "request id with a lone surrogate", line: `{"request_id":"v\ud800","type":"QUEUED","ts":1700000000.5}`, reason: otelstats.ReasonMalformed},
+		{name: "request id with a low surrogate first", line: `{"request_id":"\udc00\ud800","type":"QUEUED","ts":1700000000.5}`, reason: otelstats.ReasonMalformed},
+		{name: "request id with a high surrogate before a letter", line: `{"request_id":"\ud83dx","type":"QUEUED","ts":1700000000.5}`, reason: otelstats.ReasonMalformed},
+		{name: "scope not UTF-8", line: "{\"request_id\":\"v\",\"scope\":\"t\xfe\",\"type\":\"QUEUED\",\"ts\":1700000000.5}", reason: otelstats.ReasonMalformed},
+		{name: "scope with a lone surrogate", line: `{"request_id":"v","scope":"t\udfff","type":"QUEUED","ts":1700000000.5}`, reason: otelstats.ReasonMalformed},
+		{name: "scope not a string", line: `{"request_id":"v","scope":3,"type":"QUEUED","ts":1700000000.5}`, reason: otelstats.ReasonMalformed},
 		{name: "request id not a string", line: `{"request_id":7,"type":"QUEUED","ts":1700000000}`, reason: otelstats.ReasonMalformed},
 		{name: "missing request id", line: `{"type":"QUEUED","ts":1700000000}`, reason: otelstats.ReasonMissingRequestID},
 		{name: "unknown kind", line: `{"request_id":"v","type":"TELEPORTED","ts":1700000000}`, reason: otelstats.ReasonUnknownKind},

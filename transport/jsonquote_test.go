@@ -44,4 +44,9 @@ func TestAppendUpdateJSONInvalidUTF8(t *testing.T) {
 	if !errors.Is(err, otelstats.ReasonMalformed) {
 		t.Errorf("an id that is not UTF-8: %v; want malformed", err)
 	}
+	u.RequestID, u.Scope = "r", "t\xfe"
+	_, err = ParseUpdate(AppendUpdateJSON(nil, &u))
+	if !errors.Is(err, otelstats.ReasonMalformed) {
+		t.Errorf("a scope that is not UTF-8: %v; want malformed", err)
+	}
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -77,5 +78,38 @@ func TestFinalLineWithoutNewline(t *testing.T) {
 				t.Errorf("OnReject saw %v, want one %s", got, tc.reason)
 			}
 		})
+	}
+}
+
+// Identities that differ only where encoding/json would put U+FFFD — a
+// lone surrogate escape, invalid UTF-8 in a scope — stay two requests:
+// they are refused as malformed, as an id that is not UTF-8 was; before,
+// "\ud800" and "\udc00" were both the id "\ufffd", one request. Paired
+// surrogates and an escaped backslash before "u" are ordinary text.
+func TestIdentitiesDecodeWhole(t *testing.T) {
+	for _, tc := range []struct {
+		line, id, scope string
+		ok              bool
+	}{
+		{`{"request_id":"\ud83d\ude00","type":"QUEUED","ts":1700000000}`, "\U0001F600", "", true},
+		{`{"request_id":"a\\ud800","type":"QUEUED","ts":1700000000}`, `a\ud800`, "", true},
+		{`{"request_id":"a\\\ud83d\ude00\n","scope":"\u00e9\ud800\udc00","type":"QUEUED","ts":1700000000}`, "a\\\U0001F600\n", "é\U00010000", true},
+		{`{"request_id":"r","scope":null,"type":"QUEUED","ts":1700000000}`, "r", "", true},
+		{`{"request_id":"\ud800","type":"QUEUED","ts":1700000000}`, "", "", false},
+		{`{"request_id":"\udc00","type":"QUEUED","ts":1700000000}`, "", "", false},
+		{`{"request_id":"\ud800\ud800\udc00","type":"QUEUED","ts":1700000000}`, "", "", false},
+		{`{"request_id":"r","scope":"\ud800","type":"QUEUED","ts":1700000000}`, "", "", false},
+		{"{\"request_id\":\"r\",\"scope\":\"\xff\",\"type\":\"QUEUED\",\"ts\":1700000000}", "", "", false},
+	} {
+		u, err := ParseUpdate([]byte(tc.line))
+		if !tc.ok {
+			if !errors.Is(err, otelstats.ReasonMalformed) {
+				t.Errorf("%s: %v, want malformed", tc.line, err)
+			}
+			continue
+		}
+		if err != nil || u.RequestID != tc.id || u.Scope != tc.scope {
+			t.Errorf("%s: id %q scope %q, %v; want %q %q", tc.line, u.RequestID, u.Scope, err, tc.id, tc.scope)
+		}
 	}
 }
