@@ -89,7 +89,7 @@ var (
 	seedOperations = []string{"chat", "text_completion", "embeddings", "generate_content", "execute_tool",
 		"create_agent", "invoke_agent"}
 	seedReasons = []string{"stop", "length", "abort", "error", "abandoned", "evicted",
-		"unfinished", "remote_decode", "tool_calls", "content_filter", "function_call"}
+		"unfinished", "remote_decode", "tool_calls", "content_filter", "function_call", "cancelled", "timeout"}
 	// seedProviders are the engines' names, the provider of a span without
 	// gen_ai.provider.name.
 	seedProviders = []string{"vllm", "vllm-v0", "sglang", "tensorrt-llm", "llmtrace"}
@@ -292,9 +292,12 @@ func (c *metricsConnector) resource(res pcommon.Resource) *resourceState {
 	return st
 }
 
+// isFailure reports whether a finish reason is a failure or an abort: the
+// tracker's, and TensorRT-LLM's cancelled (its abort: a client gone) and
+// timeout, which its spans give as they are.
 func isFailure(reason string) bool {
 	switch reason {
-	case "abort", "error", "abandoned", "evicted", "unfinished":
+	case "abort", "error", "abandoned", "evicted", "unfinished", "cancelled", "timeout":
 		return true
 	}
 	return false

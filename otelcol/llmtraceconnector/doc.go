@@ -9,7 +9,8 @@
 // metric and the waterfall of the same request agree. Instruments, units
 // and bucket boundaries are the library's (package attributes):
 // gen_ai.server.time_to_first_token, gen_ai.server.time_per_output_token,
-// gen_ai.server.request.duration (with error.type on failures and aborts),
+// gen_ai.server.request.duration (with error.type on failures and aborts,
+// TensorRT-LLM's cancelled and timeout among them),
 // llm.server.{queue,prefill,decode,inference}.duration, llm.server.requests
 // (by llm.finish_reason), llm.server.preemptions, llm.server.prompt_tokens,
 // llm.server.generation_tokens, llm.server.prefix_cache.{queries,hits}
