@@ -359,11 +359,15 @@ func decodeHello(body []byte, h *Hello) error {
 				}
 				h.Side = otelstats.Side(v)
 			}
-		default:
-			s := r.bytes("field", MaxTokenLen)
-			if id == helloToken && r.err == nil {
+		case id == helloToken:
+			if s := r.bytes("token", MaxTokenLen); r.err == nil {
 				h.Token = string(s)
 			}
+		default:
+			// A later version's field, skipped as an UPDATE's is: bounded
+			// by the frame, not by the token's cap, or the HELLO would be
+			// refused and its stream's monotonic times left unanchored.
+			r.bytes("field", len(r.b))
 		}
 	}
 	return r.err

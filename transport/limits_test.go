@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -480,5 +481,28 @@ func TestHelloFieldsRoundTrip(t *testing.T) {
 	f, n, err := DecodeFrame(AppendPing(nil), DefaultMaxFrame)
 	if err != nil || f.Type != FramePing || n != 5 {
 		t.Errorf("PING: %+v %d %v", f, n, err)
+	}
+}
+
+// A HELLO's unknown string field is skipped whatever its length, as the
+// doc says of fields a later version adds: the 256-byte cap is the
+// token's. A 300-byte one made the whole HELLO malformed, and the stream's
+// monotonic times went unanchored (no_anchor).
+func TestHelloSkipsLongUnknownField(t *testing.T) {
+	h := Hello{Producer: "e", WallNs: 5, MonoNs: 6, Side: otelstats.SideEngine, Token: "t"}
+	b := AppendHello(nil, h)
+	b = append(b, 0x41, 0xAC, 0x02) // string field 0x41, 300 bytes
+	b = append(b, strings.Repeat("x", 300)...)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	f, _, err := DecodeFrame(b, DefaultMaxFrame)
+	if err != nil || f.Hello != h {
+		t.Errorf("decoded %+v, %v; want %+v", f.Hello, err, h)
+	}
+	long := AppendHello(nil, Hello{WallNs: 5})
+	long = append(long, helloToken, 0xAC, 0x02) // a 300-byte token
+	long = append(long, strings.Repeat("x", 300)...)
+	binary.BigEndian.PutUint32(long, uint32(len(long)-4))
+	if _, _, err := DecodeFrame(long, DefaultMaxFrame); !errors.Is(err, ErrMalformed) {
+		t.Errorf("a 300-byte token: %v, want malformed", err)
 	}
 }
