@@ -96,7 +96,9 @@
 // prefill span covers the scheduler's wait and the prefill itself, and no
 // queue span or queue metric exists. Without a first token (SGLang then
 // writes no time_to_first_token or prefill key) the hand-off is FINISHED −
-// time_in_model_inference.
+// time_in_model_inference. A disaggregated instance's role is in the root's
+// name, not in llm.pd.role ("prefill Req <rid>", "decode Req <rid>"; a
+// unified instance's " Req <rid>"): Request.PDRole takes it from there.
 //
 // llmtrace's own roots (Engine LLMTrace) carry the same keys with SPEC §2's
 // meanings; they already have their children, so they are never expanded,

@@ -2,6 +2,7 @@ package reconstruct
 
 import (
 	"math"
+	"strings"
 	"time"
 )
 
@@ -153,6 +154,9 @@ func Compute(s *Span, e Engine) (Request, bool) {
 	if r.Provider == "" {
 		r.Provider = e.Name
 	}
+	if r.PDRole == "" {
+		r.PDRole = roleFromName(s.Name)
+	}
 	if !representable(s.Start) || !representable(s.End) {
 		return r, false
 	}
@@ -191,6 +195,18 @@ func Compute(s *Span, e Engine) (Request, bool) {
 		r.LastToken = r.clamp(ft.Add(decode), ft, fin)
 	}
 	return r, true
+}
+
+// roleFromName is the P/D role SGLang writes in its root span's name, not
+// in llm.pd.role: "prefill Req <rid>", "decode Req <rid>" (a unified
+// instance's is " Req <rid>"); "" for any other name.
+func roleFromName(name string) string {
+	for _, role := range [...]string{"prefill", "decode"} {
+		if strings.HasPrefix(name, role) && strings.HasPrefix(name[len(role):], " Req ") {
+			return role
+		}
+	}
+	return ""
 }
 
 // latencies are the span's scheduling durations Compute read, each with

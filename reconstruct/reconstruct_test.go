@@ -338,3 +338,30 @@ func TestStatsNoTPOTForSeveralSequences(t *testing.T) {
 		t.Error("one sequence lost its TPOT")
 	}
 }
+
+// SGLang names a disaggregated instance's root span after its role
+// ("prefill Req 1a2b3c4d", "decode Req …"; a unified one " Req …") and
+// sets no llm.pd.role: its P and D requests' metrics were one series
+// (SPEC §7 keeps them apart by llm.pd.role), a prefill instance's
+// one-token TTFT mixed with the decode instance's.
+func TestComputeSGLangRoleFromName(t *testing.T) {
+	for name, want := range map[string]string{
+		"prefill Req 1a2b3c4d": "prefill",
+		"decode Req 1a2b3c4d":  "decode",
+		" Req 1a2b3c4d":        "",
+		"prefill":              "",
+	} {
+		s := span(1000, lat(300, 1000, -1, 250, 700))
+		s.Name = name
+		r, _ := Compute(&s, SGLang)
+		if r.PDRole != want {
+			t.Errorf("%q: PDRole %q, want %q", name, r.PDRole, want)
+		}
+	}
+	// llm.pd.role, where a span has it, stays.
+	s := span(1000, lat(300, 1000, -1, 250, 700))
+	s.Name, s.PDRole = "prefill Req 1a2b3c4d", "decode"
+	if r, _ := Compute(&s, SGLang); r.PDRole != "decode" {
+		t.Errorf("llm.pd.role overridden: %q", r.PDRole)
+	}
+}
