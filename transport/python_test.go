@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,5 +112,31 @@ func TestIdentitiesDecodeWhole(t *testing.T) {
 		if err != nil || u.RequestID != tc.id || u.Scope != tc.scope {
 			t.Errorf("%s: id %q scope %q, %v; want %q %q", tc.line, u.RequestID, u.Scope, err, tc.id, tc.scope)
 		}
+	}
+}
+
+// A field of the wrong type fails only what reads it. A HELLO whose
+// wall_ts is no number (an ISO date) is a malformed HELLO; it was read as
+// an update and rejected as missing_request_id. An update that also
+// carries an integer "producer" (a worker index) keeps its mono_ts; it
+// was rejected as bad_timestamp ("ts is required").
+func TestJSONExtrasOfOtherTypes(t *testing.T) {
+	var got []*otelstats.RejectError
+	e := newEnv(t, Config{OnReject: func(re *otelstats.RejectError) { got = append(got, re) }})
+	st := e.c.ServeStream(strings.NewReader(
+		`{"type": "HELLO", "producer": "py", "wall_ts": "2023-11-14T22:13:20", "mono_ts": 100.0}`+"\n"+
+			`{"type": "HELLO", "producer": "py", "wall_ts": 1700000000.0, "mono_ts": 100.0, "worker": 3}`+"\n"+
+			`{"request_id": "x1", "type": "ARRIVED", "ts": 1700000000.0, "model": "m", "producer": 3}`+"\n"+
+			`{"request_id": "x1", "type": "QUEUED", "mono_ts": 100.25, "producer": 3}`+"\n"+
+			`{"request_id": "x1", "type": "FINISHED", "side": "engine", "mono_ts": 100.5, "producer": 3, "finish_reason": "stop"}`+"\n"), "py")
+	if st.Hellos != 1 || st.Malformed != 1 || st.Updates != 3 || st.Rejected != 0 {
+		t.Errorf("stream stats %+v, want 1 HELLO, 1 malformed, 3 updates", st)
+	}
+	s := e.waitStat("x1")
+	if want := time.Unix(1_700_000_000, 5e8).UTC(); !s.FinishedTime.Equal(want) {
+		t.Errorf("finished at %v, want %v", s.FinishedTime, want)
+	}
+	if e.rejected(otelstats.ReasonMalformed) != 1 || len(got) != 0 {
+		t.Errorf("malformed %d, rejections %v; want the HELLO malformed alone", e.rejected(otelstats.ReasonMalformed), got)
 	}
 }

@@ -408,15 +408,18 @@ func (s *stream) jsonLines(br *bufio.Reader) {
 }
 
 // lineExtras are the fields read only from lines that mention HELLO or
-// mono_ts, so the common line is parsed once.
+// mono_ts, so the common line is parsed once. They are kept raw, so that
+// a field of the wrong type fails only what reads it: a HELLO with a bad
+// wall_ts is a malformed HELLO, not a line without a type, and an update
+// that also carries a "producer" number keeps its mono_ts.
 type lineExtras struct {
 	Type     json.RawMessage `json:"type"`
 	TS       json.RawMessage `json:"ts"`
-	MonoTS   *json.Number    `json:"mono_ts"`
-	WallTS   *json.Number    `json:"wall_ts"`
-	Producer *string         `json:"producer"`
-	Side     *string         `json:"side"`
-	Token    *string         `json:"token"`
+	MonoTS   json.RawMessage `json:"mono_ts"`
+	WallTS   json.RawMessage `json:"wall_ts"`
+	Producer json.RawMessage `json:"producer"`
+	Side     json.RawMessage `json:"side"`
+	Token    json.RawMessage `json:"token"`
 }
 
 var (
@@ -444,7 +447,7 @@ func (s *stream) jsonLine(line []byte, complete bool) bool {
 		return false
 	}
 	parse := line
-	monoOnly := extras && x.MonoTS != nil && isNull(x.TS)
+	monoOnly := extras && !isNull(x.MonoTS) && isNull(x.TS)
 	if monoOnly {
 		parse = withTS(line)
 	}
@@ -455,7 +458,7 @@ func (s *stream) jsonLine(line []byte, complete bool) bool {
 	}
 	st := Stamp{Ns: u.Time.UnixNano()}
 	if monoOnly {
-		ns, ok := parseSeconds(x.MonoTS.String())
+		ns, ok := seconds(x.MonoTS)
 		if !ok {
 			s.reject(&otelstats.RejectError{RequestID: u.RequestID, Kind: u.Kind, Side: u.Side,
 				Reason: otelstats.ReasonBadTimestamp, Detail: "mono_ts must be non-negative seconds"}, otelstats.ReasonBadTimestamp)
@@ -530,8 +533,8 @@ func (s *stream) jsonHello(x *lineExtras) bool {
 	if !s.admit(&h) {
 		return false
 	}
-	s.hello(h, x.MonoTS != nil)
-	if x.MonoTS == nil {
+	s.hello(h, !isNull(x.MonoTS))
+	if isNull(x.MonoTS) {
 		// A wall-only HELLO names the producer (and aligns its clock) but
 		// anchors no monotonic clock.
 		s.clock.anchored = false
@@ -541,34 +544,48 @@ func (s *stream) jsonHello(x *lineExtras) bool {
 
 // parseJSONHello reads a HELLO line's fields; detail says what is wrong.
 func parseJSONHello(x *lineExtras) (h Hello, detail string) {
-	if x.WallTS == nil {
+	if isNull(x.WallTS) {
 		return h, "wall_ts is required"
 	}
-	wall, ok := parseSeconds(x.WallTS.String())
+	wall, ok := seconds(x.WallTS)
 	if !ok || wall <= 0 {
 		return h, "wall_ts must be Unix seconds"
 	}
 	h.WallNs = wall
-	if x.MonoTS != nil {
-		if h.MonoNs, ok = parseSeconds(x.MonoTS.String()); !ok {
+	if !isNull(x.MonoTS) {
+		if h.MonoNs, ok = seconds(x.MonoTS); !ok {
 			return h, "mono_ts must be non-negative seconds"
 		}
 	}
-	if x.Producer != nil {
-		h.Producer = cut(*x.Producer, MaxProducerName)
-	}
-	if x.Side != nil {
-		if h.Side, ok = otelstats.ParseSide(*x.Side); !ok {
-			return h, "side must be frontend or engine"
+	var side, tok string
+	for _, f := range [...]struct {
+		dst  *string
+		raw  json.RawMessage
+		name string
+	}{{&h.Producer, x.Producer, "producer"}, {&side, x.Side, "side"}, {&tok, x.Token, "token"}} {
+		if !isNull(f.raw) && json.Unmarshal(f.raw, f.dst) != nil {
+			return h, f.name + " must be a string"
 		}
 	}
-	if x.Token != nil {
-		if len(*x.Token) > MaxTokenLen {
-			return h, "token is too long"
-		}
-		h.Token = *x.Token
+	h.Producer = cut(h.Producer, MaxProducerName)
+	if h.Side, ok = otelstats.ParseSide(side); !ok {
+		return h, "side must be frontend or engine"
 	}
+	if len(tok) > MaxTokenLen {
+		return h, "token is too long"
+	}
+	h.Token = tok
 	return h, ""
+}
+
+// seconds reads a raw JSON number of seconds (or a string holding one, as
+// the update log's numbers may be) exactly into nanoseconds.
+func seconds(raw json.RawMessage) (int64, bool) {
+	var n json.Number
+	if json.Unmarshal(raw, &n) != nil {
+		return 0, false
+	}
+	return parseSeconds(n.String())
 }
 
 func isHello(raw json.RawMessage) bool {
