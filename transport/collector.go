@@ -249,7 +249,7 @@ func NewCollector(cfg Config) (*Collector, error) {
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[net.Conn]struct{}{},
 		shutdown:  make(chan struct{}),
-		bufSize:   max(cfg.MaxFrame+4, cfg.MaxLine+1, 4096),
+		bufSize:   max(cfg.MaxFrame+4, cfg.MaxLine+2, 4096), // a line, CR and LF
 		needsAuth: func(a net.Addr) bool { return cfg.Token != "" && a != nil && strings.HasPrefix(a.Network(), "tcp") },
 	}
 	if err := c.inst.init(cfg.MeterProvider); err != nil {

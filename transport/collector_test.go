@@ -377,6 +377,10 @@ func TestRobustness(t *testing.T) {
 	}{
 		{"json line of MaxLine bytes", []byte(lineOf(DefaultMaxLine) + "\n"), func(st Stats) bool { return st.Updates == 31 && st.Oversized == 0 }},
 		{"json line of MaxLine+1 bytes", []byte(lineOf(DefaultMaxLine+1) + "\n"), func(st Stats) bool { return st.Updates == 30 && st.Oversized == 1 }},
+		// CRLF (a Windows producer's text-mode socket) is the line's end,
+		// not a byte of it: such a line was oversized.
+		{"json line of MaxLine bytes and CRLF", []byte(lineOf(DefaultMaxLine) + "\r\n"), func(st Stats) bool { return st.Updates == 31 && st.Oversized == 0 }},
+		{"json line of MaxLine+1 bytes and CRLF", []byte(lineOf(DefaultMaxLine+1) + "\r\n"), func(st Stats) bool { return st.Updates == 30 && st.Oversized == 1 }},
 		{"truncated frame", append(AppendHeader(nil), upd[:len(upd)-3]...), func(st Stats) bool { return st.Truncated == 1 }},
 		{"truncated length", append(AppendHeader(nil), 0, 0), func(st Stats) bool { return st.Truncated == 1 }},
 		{"truncated header", []byte("LLM"), func(st Stats) bool { return st.Truncated == 1 }},

@@ -108,8 +108,9 @@
 //
 // # JSON lines
 //
-// One JSON object per line ('\n'-terminated, at most Config.MaxLine bytes),
-// in the update-log format of ParseUpdate, plus:
+// One JSON object per line ('\n'- or "\r\n"-terminated, at most
+// Config.MaxLine bytes before the end), in the update-log format of
+// ParseUpdate, plus:
 //
 //	{"type":"HELLO","producer":"engine-0","wall_ts":1700000000.123456789,"mono_ts":8123.000123456,"side":"engine","token":"s3cret"}
 //	{"request_id":"r1","type":"QUEUED","mono_ts":8123.004}

@@ -140,3 +140,16 @@ func TestJSONExtrasOfOtherTypes(t *testing.T) {
 		t.Errorf("malformed %d, rejections %v; want the HELLO malformed alone", e.rejected(otelstats.ReasonMalformed), got)
 	}
 }
+
+// A line of exactly MaxLine bytes ends with CRLF within the read buffer
+// too, when MaxLine is the largest bound: the buffer held MaxLine+1 bytes.
+func TestCRLFLineAtMaxLine(t *testing.T) {
+	const maxLine = 100_000
+	e := newEnv(t, Config{MaxLine: maxLine})
+	head := `{"request_id":"crlf","type":"ARRIVED","ts":1700000000,"model":"m","pad":"`
+	line := head + strings.Repeat("x", maxLine-len(head)-2) + `"}`
+	st := e.c.ServeStream(strings.NewReader(line+"\r\n"), "win")
+	if st.Updates != 1 || st.Oversized != 0 {
+		t.Errorf("stream stats %+v, want the line of MaxLine bytes", st)
+	}
+}

@@ -380,7 +380,7 @@ func (s *stream) jsonLines(br *bufio.Reader) {
 	c := s.c
 	for {
 		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) || len(bytes.TrimSuffix(line, newline)) > c.cfg.MaxLine {
+		if errors.Is(err, bufio.ErrBufferFull) || len(lineContent(line)) > c.cfg.MaxLine {
 			s.count(&s.st.Oversized, &c.n.oversized, "oversized")
 			c.countRejection(otelstats.ReasonTooLong, nil)
 			if !s.admit(nil) {
@@ -405,6 +405,15 @@ func (s *stream) jsonLines(br *bufio.Reader) {
 			return
 		}
 	}
+}
+
+// lineContent is line without its end, "\n" or "\r\n": a Windows
+// producer's CRLF is no byte of the line MaxLine bounds.
+func lineContent(line []byte) []byte {
+	if l := bytes.TrimSuffix(line, newline); len(l) < len(line) {
+		return bytes.TrimSuffix(l, []byte{'\r'})
+	}
+	return line
 }
 
 // lineExtras are the fields read only from lines that mention HELLO or
