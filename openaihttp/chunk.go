@@ -382,7 +382,11 @@ func (o *observed) usage(u *usageJSON) {
 		c = u.OutputTokens
 	}
 	sane := func(v *tokenCount) bool { return v != nil && *v >= 0 && *v <= otelstats.MaxTokenCount }
-	if sane(p) {
+	// No prompt has zero tokens: a usage that says so is a placeholder
+	// (Ollama's /v1/completions puts a zero usage on every chunk before
+	// the real one), and would settle the prompt's size before it is
+	// known.
+	if sane(p) && *p > 0 {
 		o.prompt = int64(*p)
 	}
 	if sane(c) {
