@@ -105,6 +105,11 @@ func FuzzServeStream(f *testing.F) {
 	f.Add(js[:len(js)/2])
 	f.Add([]byte("LLMT\x01\x00\x00\x00\x02\x02\x06"))
 	f.Add([]byte(`{"request_id":"x","type":"QUEUED","mono_ts":1e3}` + "\n"))
+	// What Python's json.dumps writes: null for an unset field, NaN, lone
+	// surrogate escapes, CRLF, and a last line without its newline.
+	f.Add([]byte(`{"type": "HELLO", "producer": "py", "wall_ts": 1700000000.0, "mono_ts": 10.0, "side": null}` + "\r\n" +
+		`{"request_id": "p\ud800", "type": "QUEUED", "ts": null, "mono_ts": 10.5}` + "\r\n" +
+		`{"request_id": "p", "type": "DETOKENIZED", "ts": 1700000000.5, "num_new_tokens": 1, "busy_time_s": NaN}`))
 	tr, err := otelstats.NewTracker(otelstats.WithMeterProvider(noop.NewMeterProvider()))
 	if err != nil {
 		f.Fatal(err)
