@@ -290,27 +290,49 @@ func parseCounts(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 
 // parseCount reads one count of at most limit.
 func parseCount(u *otelstats.Update, src *json.Number, name string, limit int64) (int64, *otelstats.RejectError) {
-	n, err := strconv.ParseInt(src.String(), 10, 64)
-	if errors.Is(err, strconv.ErrRange) {
-		// An integer past int64 (a float parses too, but is no count).
+	n, err := parseInt(src.String())
+	switch {
+	case errors.Is(err, strconv.ErrRange):
 		if n < 0 {
 			return 0, reject(u, u.Side, otelstats.ReasonNegativeCount, name+" is "+truncate(src.String(), 32))
 		}
 		return 0, reject(u, u.Side, otelstats.ReasonAbsurdCount, name+" is "+truncate(src.String(), 32))
-	}
-	if err != nil {
-		if _, ferr := strconv.ParseFloat(src.String(), 64); ferr == nil {
-			return 0, reject(u, u.Side, otelstats.ReasonMalformed, name+" must be an integer")
-		}
-		return 0, reject(u, u.Side, otelstats.ReasonAbsurdCount, name+" is out of range")
-	}
-	if n < 0 {
+	case err != nil:
+		return 0, reject(u, u.Side, otelstats.ReasonMalformed, name+" must be an integer")
+	case n < 0:
 		return 0, reject(u, u.Side, otelstats.ReasonNegativeCount, name+" is "+strconv.FormatInt(n, 10))
-	}
-	if n > limit {
+	case n > limit:
 		return 0, reject(u, u.Side, otelstats.ReasonAbsurdCount, name+" is "+strconv.FormatInt(n, 10))
 	}
 	return n, nil
+}
+
+// errFraction: a number with a fractional part where an integer belongs.
+var errFraction = errors.New("not an integer")
+
+// parseInt reads a JSON number that must be an integer, also one written
+// as a float with an integer value ("12.0", "1.2e1"): pandas' to_json
+// writes a count column so once it holds a null, and a producer may count
+// in floating point; such a line was refused whole. Every limit is far
+// below 2^53, where float64 is exact. Past int64 the value saturates,
+// with strconv.ErrRange; a fraction is errFraction.
+func parseInt(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err == nil || errors.Is(err, strconv.ErrRange) {
+		return n, err
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil && !errors.Is(err, strconv.ErrRange):
+		return 0, err
+	case f != math.Trunc(f):
+		return 0, errFraction
+	case f >= math.MaxInt64:
+		return math.MaxInt64, strconv.ErrRange
+	case f < math.MinInt64:
+		return math.MinInt64, strconv.ErrRange
+	}
+	return int64(f), nil
 }
 
 // parsePayloadRules checks what the line format itself requires; the
@@ -406,9 +428,11 @@ func parseKind(raw json.RawMessage) (otelstats.Kind, error) {
 		}
 		return 0, errString("unknown type " + strconv.Quote(truncate(s, 32)))
 	}
-	var n int
-	if json.Unmarshal(raw, &n) == nil && n >= 0 && n <= 7 {
-		return otelstats.Kind(n + 1), nil // vLLM's IntEnum starts at ARRIVED = 0
+	var num json.Number
+	if json.Unmarshal(raw, &num) == nil {
+		if n, err := parseInt(num.String()); err == nil && n >= 0 && n <= 7 {
+			return otelstats.Kind(n + 1), nil // vLLM's IntEnum starts at ARRIVED = 0
+		}
 	}
 	return 0, errString("type must be a kind name or vLLM's integer 0-7")
 }

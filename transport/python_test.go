@@ -153,3 +153,21 @@ func TestCRLFLineAtMaxLine(t *testing.T) {
 		t.Errorf("stream stats %+v, want the line of MaxLine bytes", st)
 	}
 }
+
+// A count, or vLLM's integer type, written as a float with an integer
+// value is that integer: pandas' to_json writes a count column as 12.0
+// once the column holds a null, and such lines were refused whole as
+// malformed ("must be an integer"). A fraction still is malformed.
+func TestIntegralFloats(t *testing.T) {
+	u, err := ParseUpdate([]byte(`{"request_id": "p", "type": 3.0, "ts": 1700000000.0, "num_computed_tokens": 12.0, "num_cached_tokens": 4e0}`))
+	if err != nil || u.Kind != otelstats.KindPrefilling || u.NumComputedTokens != 12 || u.NumCachedTokens != 4 {
+		t.Errorf("got %v %d %d, %v; want PREFILLING 12 4", u.Kind, u.NumComputedTokens, u.NumCachedTokens, err)
+	}
+	u, err = ParseUpdate([]byte(`{"request_id": "p", "type": "REMOTE_KV_READY", "ts": 1700000000.0, "num_remote_tokens": 1.6e1, "kv_bytes": 1048576.0}`))
+	if err != nil || u.NumRemoteTokens != 16 || u.KVBytes != 1<<20 {
+		t.Errorf("got %d %d, %v; want 16 1048576", u.NumRemoteTokens, u.KVBytes, err)
+	}
+	if _, err := ParseUpdate([]byte(`{"request_id": "p", "type": "DECODING", "ts": 1700000000.0, "num_new_tokens": 1.5}`)); !errors.Is(err, otelstats.ReasonMalformed) {
+		t.Errorf("1.5 tokens: %v, want malformed", err)
+	}
+}
