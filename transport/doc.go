@@ -11,7 +11,8 @@
 // Its first byte decides its encoding: 'L' starts the binary encoding's
 // header, '{' (after optional whitespace, or a UTF-8 byte order mark, as
 // an editor writes) starts JSON lines. Anything else ends the stream as
-// garbage.
+// garbage. A byte order mark before any later JSON line is skipped too
+// (saved streams concatenated).
 //
 // Every stream should begin with its producer's clock anchor (a HELLO): the
 // producer's wall clock and monotonic clock read at the same instant. An

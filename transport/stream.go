@@ -396,7 +396,9 @@ func (s *stream) jsonLines(br *bufio.Reader) {
 			continue
 		}
 		complete := err == nil
-		if t := bytes.TrimSpace(line); len(t) > 0 && !s.jsonLine(t, complete) {
+		// A byte order mark before a line is skipped, as the update log
+		// skips it: streams saved by an editor and concatenated.
+		if t := bytes.TrimSpace(bytes.TrimPrefix(line, utf8BOM)); len(t) > 0 && !s.jsonLine(t, complete) {
 			return
 		}
 		// An empty line is the JSON encoding's PING.
