@@ -94,7 +94,7 @@ var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 func ParseUpdate(line []byte) (otelstats.Update, error) {
 	var u otelstats.Update
 	var l logLine
-	line = bytes.TrimSpace(bytes.TrimPrefix(line, utf8BOM))
+	line = finiteJSON(bytes.TrimSpace(bytes.TrimPrefix(line, utf8BOM)))
 	if len(line) == 0 || line[0] != '{' {
 		return u, &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "not a JSON object"}
 	}
@@ -123,6 +123,50 @@ func ParseUpdate(line []byte) (otelstats.Update, error) {
 	}
 	capStrings(&u)
 	return u, nil
+}
+
+// nonFinite are the number literals Python's json.dumps writes by default
+// (allow_nan) for a float that is no number, and JSON has not; "-Infinity"
+// before "Infinity".
+var nonFinite = [...][]byte{[]byte("-Infinity"), []byte("Infinity"), []byte("NaN")}
+
+// finiteJSON returns line with each NaN, Infinity and -Infinity outside a
+// string read as null: a field holding one is absent, so an optional one
+// (busy_time_s, a sampling param) is not set and a required one is
+// reported missing, where the one literal made the whole line malformed,
+// without even its request id. Lines without them are returned as they
+// are.
+func finiteJSON(line []byte) []byte {
+	if !bytes.Contains(line, nonFinite[1]) && !bytes.Contains(line, nonFinite[2]) {
+		return line
+	}
+	var out []byte
+	last := 0
+	inString, escaped := false, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case inString:
+			inString = escaped || c != '"'
+			escaped = !escaped && c == '\\'
+			continue
+		case c == '"':
+			inString = true
+			continue
+		}
+		for _, lit := range nonFinite {
+			if bytes.HasPrefix(line[i:], lit) {
+				out = append(append(out, line[last:i]...), "null"...)
+				i += len(lit) - 1
+				last = i + 1
+				break
+			}
+		}
+	}
+	if out == nil {
+		return line
+	}
+	return append(out, line[last:]...)
 }
 
 // parseIdentity reads the request id, the kind and the side.

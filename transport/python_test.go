@@ -49,7 +49,7 @@ func TestJSONNullTSWithMonoTS(t *testing.T) {
 
 // A final line without its newline ("\n".join(lines)) that is a whole JSON
 // object is judged as with its newline: one that breaks a rule is rejected
-// for that rule, one that is no valid JSON (Python's NaN) is malformed.
+// for that rule, one that is no valid JSON is malformed.
 // They were all counted as truncated, their reason neither logged nor in
 // llm.rejected_updates, as if the stream had been cut. Only a line that
 // ends inside its object is truncated.
@@ -60,7 +60,7 @@ func TestFinalLineWithoutNewline(t *testing.T) {
 		reason                         otelstats.Reason
 	}{
 		{"breaks a rule", `{"request_id": "r", "type": "FINISHED", "ts": 1700000000.5}`, 1, 0, 0, otelstats.ReasonMissingPayload},
-		{"NaN", `{"request_id": "r", "type": "DETOKENIZED", "ts": 1700000000.5, "num_new_tokens": 1, "busy_time_s": NaN}`, 0, 1, 0, otelstats.ReasonMalformed},
+		{"no JSON", `{"request_id": "r", "type": "DETOKENIZED", "ts": 1700000000.5, "num_new_tokens": 1, "busy_time_s": nan}`, 0, 1, 0, otelstats.ReasonMalformed},
 		{"bad HELLO", `{"type": "HELLO", "producer": "py", "wall_ts": -1}`, 0, 1, 0, otelstats.ReasonMalformed},
 		{"cut short", `{"request_id": "r", "type": "FINISHED", "ts": 1700000000.5, "finish_re`, 0, 0, 1, ""},
 	} {
@@ -169,5 +169,35 @@ func TestIntegralFloats(t *testing.T) {
 	}
 	if _, err := ParseUpdate([]byte(`{"request_id": "p", "type": "DECODING", "ts": 1700000000.0, "num_new_tokens": 1.5}`)); !errors.Is(err, otelstats.ReasonMalformed) {
 		t.Errorf("1.5 tokens: %v, want malformed", err)
+	}
+}
+
+// NaN, Infinity and -Infinity, which Python's json.dumps writes by default,
+// read as null outside strings: an optional field holding one is not set,
+// a required one is missing. One such literal made the whole line
+// malformed, its request id unknown: a frontend's FINISHED with a NaN
+// busy time or temperature was lost, and its request waited for it.
+func TestPythonNonFiniteNumbers(t *testing.T) {
+	e := newEnv(t, Config{})
+	st := e.c.ServeStream(strings.NewReader(
+		`{"type": "HELLO", "producer": "py", "wall_ts": 1700000000.0, "mono_ts": 100.0, "side": "frontend", "x": NaN}`+"\n"+
+			`{"request_id": "n1", "type": "ARRIVED", "ts": 1700000000.0, "model": "NaN-Infinity \"NaN\\", "temperature": NaN}`+"\n"+
+			`{"request_id": "n1", "type": "INPUT_PROCESSED", "mono_ts": 100.001, "num_prompt_tokens": 3, "sampling_params": {"temperature": Infinity, "top_p": -Infinity}}`+"\n"+
+			`{"request_id": "n1", "type": "DETOKENIZED", "ts": 1700000000.01, "num_new_tokens": 1, "busy_time_s": NaN}`+"\n"+
+			`{"request_id": "n1", "type": "FINISHED", "ts": 1700000000.02, "finish_reason": "stop", "num_output_tokens": NaN}`+"\n"), "py")
+	if st.Hellos != 1 || st.Updates != 4 || st.Malformed != 0 || st.Rejected != 0 {
+		t.Errorf("stream stats %+v, want a HELLO and four updates", st)
+	}
+	if s := e.waitStat("n1"); s.Model != `NaN-Infinity "NaN\` || s.NumOutputTokens != 1 {
+		t.Errorf("model %q, %d tokens; want the strings untouched, one token", s.Model, s.NumOutputTokens)
+	}
+	for line, want := range map[string]otelstats.Reason{
+		`{"request_id":"r","type":"QUEUED","ts":NaN}`:                                       otelstats.ReasonBadTimestamp,
+		`{"request_id":"r","type":"DETOKENIZED","ts":1700000000,"num_new_tokens":Infinity}`: otelstats.ReasonMissingPayload,
+		`{"request_id":"r","type":"QUEUED","ts":1700000000,"x":NaNa}`:                       otelstats.ReasonMalformed,
+	} {
+		if _, err := ParseUpdate([]byte(line)); !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %s", line, err, want)
+		}
 	}
 }

@@ -398,7 +398,7 @@ func (s *stream) jsonLines(br *bufio.Reader) {
 		complete := err == nil
 		// A byte order mark before a line is skipped, as the update log
 		// skips it: streams saved by an editor and concatenated.
-		if t := bytes.TrimSpace(bytes.TrimPrefix(line, utf8BOM)); len(t) > 0 && !s.jsonLine(t, complete) {
+		if t := finiteJSON(bytes.TrimSpace(bytes.TrimPrefix(line, utf8BOM))); len(t) > 0 && !s.jsonLine(t, complete) {
 			return
 		}
 		// An empty line is the JSON encoding's PING.
