@@ -153,7 +153,9 @@
 //     failed, or its context ended while the request was served): abort,
 //     at the moment it went. Complete means, for a stream, [DONE], a final
 //     Responses API event, or a finish reason for every choice (the
-//     request's n, 1 by default, or as many as the stream showed); for
+//     request's n, 1 by default, for each prompt of a completion's batch —
+//     one not read to its end is complete only at its stream's end — or
+//     as many as the stream showed); for
 //     JSON, a first byte written. So a client that stops reading at the
 //     finish reason, before the usage chunk and [DONE], was served: the
 //     request ends with that finish reason. One that leaves while a choice

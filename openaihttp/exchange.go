@@ -440,12 +440,22 @@ func (ex *exchange) complete() bool {
 	return ex.bytesOut > 0 // a write that began before the client left
 }
 
-// choicesAsked is the request's n: how many choices a stream has.
+// choicesAsked is how many choices a stream has: the request's n for each
+// of its prompts (a completion's batch has a choice index per prompt and
+// choice); more than the layer tracks, or a batch not read whole, is
+// never all.
 func (ex *exchange) choicesAsked() int {
-	if n := ex.ri.Sampling.N; n != nil && *n > 1 {
-		return int(min(*n, maxChoices+1)) // more than the layer tracks: never all
+	n := int64(1)
+	if p := ex.ri.Sampling.N; p != nil && *p > 1 {
+		n = min(*p, maxChoices+1)
 	}
-	return 1
+	switch b := ex.ri.Batch; {
+	case b < 0:
+		return maxChoices + 1
+	case b > 1:
+		n *= int64(b)
+	}
+	return int(min(n, maxChoices+1))
 }
 
 // aborted reports whether the client left before it was served: a write

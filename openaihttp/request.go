@@ -24,6 +24,10 @@ type requestInfo struct {
 	// StopOver: the body's stop was longer than the layer reads (8 KiB of
 	// JSON): it is dropped, and counted.
 	StopOver bool
+	// Batch is the number of prompts of a completion's batch (a prompt
+	// that is an array of strings or of token arrays), each with its n
+	// choices: 0 for no batch, -1 for one not read to its end.
+	Batch int
 }
 
 func (ri *requestInfo) sampling() *otelstats.SamplingParams {
@@ -51,8 +55,8 @@ const (
 	reqFrequencyPenalty
 	reqPresencePenalty
 	reqStop
-	reqMessages // content capture only, as are prompt and input
-	reqPrompt
+	reqPrompt   // its elements counted; kept for content capture only
+	reqMessages // content capture only, as is input
 	reqInput
 )
 
@@ -69,18 +73,24 @@ const (
 
 var requestFields = &fieldSet{
 	keys: []string{"model", "stream", "stream_options", "temperature", "top_p", "top_k", "max_tokens",
-		"max_completion_tokens", "max_output_tokens", "seed", "n", "frequency_penalty", "presence_penalty", "stop"},
+		"max_completion_tokens", "max_output_tokens", "seed", "n", "frequency_penalty", "presence_penalty", "stop", "prompt"},
 	caps: []int{capModel, capScalar, capOptions, capScalar, capScalar, capScalar, capScalar,
-		capScalar, capScalar, capScalar, capScalar, capScalar, capScalar, capStop},
+		capScalar, capScalar, capScalar, capScalar, capScalar, capScalar, capStop, 0},
+	counts: 1 << reqPrompt,
 }
 
 // requestFieldsCapture adds the prompt's fields, of which the first
 // maxCapture bytes are kept.
-var requestFieldsCapture = &fieldSet{
-	keys:  append(append([]string(nil), requestFields.keys...), "messages", "prompt", "input"),
-	caps:  append(append([]int(nil), requestFields.caps...), maxCapture, maxCapture, maxCapture),
-	heads: 1<<reqMessages | 1<<reqPrompt | 1<<reqInput,
-}
+var requestFieldsCapture = func() *fieldSet {
+	fs := &fieldSet{
+		keys:   append(append([]string(nil), requestFields.keys...), "messages", "input"),
+		caps:   append(append([]int(nil), requestFields.caps...), maxCapture, maxCapture),
+		heads:  1<<reqMessages | 1<<reqPrompt | 1<<reqInput,
+		counts: requestFields.counts,
+	}
+	fs.caps[reqPrompt] = maxCapture
+	return fs
+}()
 
 // info decodes what the scanner kept.
 func requestInfoOf(s *fieldScanner) requestInfo {
@@ -120,6 +130,7 @@ func requestInfoOf(s *fieldScanner) requestInfo {
 	p.PresencePenalty = float(v(reqPresencePenalty))
 	p.Stop = stops(v(reqStop))
 	_, ri.StopOver = s.value(reqStop)
+	ri.Batch = s.batch()
 	return ri
 }
 

@@ -36,12 +36,20 @@ type fieldScanner struct {
 	cur     int // wanted index of the value being read, -1 when skipped
 	// tap, when set, also reads every byte of wanted key tapKey's value,
 	// however long (a response's choices: choiceScan).
-	tap     *choiceScan
-	tapKey  int
-	one     [1]byte // a value's first byte, captured without a heap slice
-	done    bool
-	bad     bool
-	stopped bool // released: reads nothing more
+	tap    *choiceScan
+	tapKey int
+	one    [1]byte // a value's first byte, captured without a heap slice
+	// The elements of the array value of the key fieldSet.counts names
+	// (a batch of prompts), counted as the bytes go by: the first
+	// element's first byte, the commas after it, and whether the value
+	// was read to its end.
+	counting   bool
+	elemFirst  byte
+	elemCommas int
+	elemsRead  bool
+	done       bool
+	bad        bool
+	stopped    bool // released: reads nothing more
 }
 
 // fieldValue is what the scanner kept of one wanted key.
@@ -59,6 +67,9 @@ type fieldSet struct {
 	// its first cap bytes rather than nothing: a prompt captured as
 	// content is worth its head, a number or a model cut short is not.
 	heads uint64
+	// counts has the bit of the one key whose array elements are counted
+	// (batch), however long the value and whatever its cap.
+	counts uint64
 }
 
 // keepsHead reports whether wanted key i keeps the head of a long value.
@@ -128,6 +139,7 @@ func (s *fieldScanner) feed(p []byte) { s.feedRest(p) }
 func (s *fieldScanner) reset() {
 	clear(s.vals)
 	s.buf, s.st, s.depth, s.inStr, s.esc, s.key, s.cur, s.done, s.bad = s.buf[:0], scanStart, 0, false, false, s.key[:0], -1, false, false
+	s.counting, s.elemFirst, s.elemCommas, s.elemsRead = false, 0, 0, false
 }
 
 // feedRest reads the next bytes of the object and returns those after its
@@ -217,7 +229,7 @@ func (s *fieldScanner) appendKey(b []byte) {
 }
 
 func (s *fieldScanner) endKey() {
-	s.st, s.cur = scanColon, -1
+	s.st, s.cur, s.counting = scanColon, -1, false
 	if s.keyOver {
 		return
 	}
@@ -230,6 +242,9 @@ func (s *fieldScanner) endKey() {
 		key = []byte(k)
 	}
 	s.cur = s.set.index(lower(key))
+	if s.counting = s.cur >= 0 && s.set.counts&(1<<s.cur) != 0; s.counting {
+		s.elemFirst, s.elemCommas, s.elemsRead = 0, 0, false
+	}
 	if s.tap != nil && s.cur == s.tapKey {
 		s.tap.reset()
 	}
@@ -363,6 +378,9 @@ func (s *fieldScanner) inString(p []byte, i, q int) (next, nextQ int, more bool)
 // structure reads one byte inside a container, outside strings; false when
 // the brackets do not match (the scanner is then bad).
 func (s *fieldScanner) structure(c byte) bool {
+	if s.counting && s.depth == 1 {
+		s.countElem(c)
+	}
 	switch c {
 	case '"':
 		s.inStr = true
@@ -372,6 +390,31 @@ func (s *fieldScanner) structure(c byte) bool {
 		return s.pop(c)
 	}
 	return true
+}
+
+// countElem notes a byte of the counted array between its elements: the
+// first element's first byte, and each comma after it.
+func (s *fieldScanner) countElem(c byte) {
+	switch {
+	case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+	case s.elemFirst == 0:
+		s.elemFirst = c
+	case c == ',':
+		s.elemCommas++
+	}
+}
+
+// batch returns how many elements the counted key's value holds when it
+// is an array of strings or of arrays (a batch of prompts), -1 when such
+// an array was not read to its end, and 0 for any other value or none.
+func (s *fieldScanner) batch() int {
+	switch {
+	case s.elemFirst != '"' && s.elemFirst != '[':
+		return 0
+	case !s.elemsRead:
+		return -1
+	}
+	return s.elemCommas + 1
 }
 
 // maxDepth is encoding/json's nesting limit.
@@ -454,7 +497,8 @@ func (s *fieldScanner) endValue() {
 	if s.cur >= 0 && !s.vals[s.cur].over {
 		s.vals[s.cur].ok = true
 	}
-	s.st, s.cur = scanAfterValue, -1
+	s.elemsRead = s.elemsRead || s.counting
+	s.st, s.cur, s.counting = scanAfterValue, -1, false
 }
 
 // release gives back what the scanner holds; it reads nothing more.
