@@ -85,7 +85,14 @@ func formatTiming(b []byte, s *otelstats.RequestStats, sc trace.SpanContext) str
 		b = append(b, sc.TraceID().String()...)
 		b = append(b, '-')
 		b = append(b, sc.SpanID().String()...)
-		b = append(b, `-01"`...)
+		// The trace's own flag: a dropped trace (the head sampler's
+		// decision) has no spans to open, and a traceparent passed on
+		// must not ask the next hop to sample it.
+		if sc.IsSampled() {
+			b = append(b, `-01"`...)
+		} else {
+			b = append(b, `-00"`...)
+		}
 	}
 	return string(b)
 }
