@@ -20,6 +20,10 @@ func FuzzParseUpdate(f *testing.F) {
 	f.Add([]byte(`{"request_id":"r1","type":"decoding","ts":1.5e9,"top_p":0.9}`))
 	// Control characters, which Go's quoting wrote as no JSON reads them.
 	f.Add([]byte(`{"request_id":"r\u0001\u007f","type":"ARRIVED","ts":1700000000,"model":"m\u0007\udb40\udc01"}`))
+	// Python's json.dumps: NaN and Infinity literals, counts as floats,
+	// null for an unset field, paired and lone surrogate escapes.
+	f.Add([]byte(`{"request_id": "r\ud83d\ude00", "type": 5.0, "ts": 1700000000.5, "num_new_tokens": 2.0, "scope": null, "temperature": NaN}`))
+	f.Add([]byte(`{"request_id": "r", "type": "DETOKENIZED", "ts": Infinity, "num_new_tokens": 1e1, "busy_time_s": -Infinity, "model": "NaN\"Infinity"}`))
 	for _, c := range badLines() {
 		f.Add([]byte(c.line))
 	}
