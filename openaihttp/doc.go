@@ -201,11 +201,12 @@
 //
 // The proxy's X-Forwarded-* headers follow the same trust: it appends the
 // client's address to an incoming X-Forwarded-For and passes on the
-// incoming X-Forwarded-Host and -Proto (setting them when absent), as
-// httputil.ReverseProxy's Director form does, so that behind a load
-// balancer the upstream still sees the original client; from a public,
-// untrusted caller it passes none of them on: X-Forwarded-For is the
-// caller's address alone, host and scheme the proxy's own.
+// incoming X-Forwarded-Host and -Proto (setting them when absent) and an
+// incoming Forwarded (RFC 7239) as it came, as httputil.ReverseProxy's
+// Director form does, so that behind a load balancer the upstream still
+// sees the original client; from a public, untrusted caller it passes none
+// of them on: X-Forwarded-For is the caller's address alone, host and
+// scheme the proxy's own.
 //
 // The middleware's handler gets a context carrying the root span context
 // (spans it starts are children of the root) and the otelstats.Request

@@ -253,10 +253,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 // the client's address is appended to the incoming X-Forwarded-For, as
 // httputil.ReverseProxy's Director form does, and the incoming
 // X-Forwarded-Host and -Proto (the host and scheme the client used) go on;
-// this hop's stand in when absent. From a public endpoint's caller
-// (WithPublicEndpoint) nothing incoming is trusted, as with its trace
-// context unless trusted (WithTrustIncomingSamplingFunc): the chain starts
-// at the caller's address, and host and scheme are this hop's.
+// this hop's stand in when absent. RFC 7239's Forwarded, which Rewrite
+// strips too, goes on as it came, as in the Director form. From a public
+// endpoint's caller (WithPublicEndpoint) nothing incoming is trusted, as
+// with its trace context unless trusted (WithTrustIncomingSamplingFunc):
+// the chain starts at the caller's address, host and scheme are this
+// hop's, and no Forwarded goes on.
 func (p *Proxy) setXForwarded(pr *httputil.ProxyRequest) {
 	in, c := pr.In.Header, p.cfg
 	if c.public != nil && c.public(pr.In) && !(c.trust != nil && c.trust(pr.In)) {
@@ -267,7 +269,7 @@ func (p *Proxy) setXForwarded(pr *httputil.ProxyRequest) {
 		pr.Out.Header["X-Forwarded-For"] = prior // SetXForwarded appends to it
 	}
 	pr.SetXForwarded()
-	for _, k := range [...]string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+	for _, k := range [...]string{"X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded"} {
 		if v := in[k]; len(v) > 0 {
 			pr.Out.Header[k] = slices.Clone(v)
 		}
