@@ -510,12 +510,12 @@ func strField(r *reader, u *otelstats.Update, id byte, s []byte) {
 	case fieldLoRAAdapter:
 		u.LoRAAdapter = string(s)
 	case fieldSampling:
-		var sp otelstats.SamplingParams
+		var sp samplingJSON
 		if err := json.Unmarshal(s, &sp); err != nil {
 			r.fail("sampling_params is not a JSON object of sampling params")
 			return
 		}
-		u.Sampling = &sp
+		u.Sampling = sp.params()
 	}
 }
 

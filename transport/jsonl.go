@@ -47,22 +47,22 @@ import (
 // (ARRIVED: the W3C trace context the request came with, e.g. a P/D
 // router's, so the request's trace joins it). Unknown fields are ignored.
 type logLine struct {
-	RequestID         json.RawMessage           `json:"request_id"`
-	Type              json.RawMessage           `json:"type"`
-	TS                *json.Number              `json:"ts"`
-	Side              *string                   `json:"side"`
-	Model             *string                   `json:"model"`
-	Operation         *string                   `json:"operation"`
-	Scope             json.RawMessage           `json:"scope"`
-	NumPromptTokens   *json.Number              `json:"num_prompt_tokens"`
-	NumComputedTokens *json.Number              `json:"num_computed_tokens"`
-	NumCachedTokens   *json.Number              `json:"num_cached_tokens"`
-	NumNewTokens      *json.Number              `json:"num_new_tokens"`
-	NumOutputTokens   *json.Number              `json:"num_output_tokens"`
-	BusyTimeS         *float64                  `json:"busy_time_s"`
-	FinishReason      *string                   `json:"finish_reason"`
-	ErrorType         *string                   `json:"error_type"`
-	SamplingParams    *otelstats.SamplingParams `json:"sampling_params"`
+	RequestID         json.RawMessage `json:"request_id"`
+	Type              json.RawMessage `json:"type"`
+	TS                *json.Number    `json:"ts"`
+	Side              *string         `json:"side"`
+	Model             *string         `json:"model"`
+	Operation         *string         `json:"operation"`
+	Scope             json.RawMessage `json:"scope"`
+	NumPromptTokens   *json.Number    `json:"num_prompt_tokens"`
+	NumComputedTokens *json.Number    `json:"num_computed_tokens"`
+	NumCachedTokens   *json.Number    `json:"num_cached_tokens"`
+	NumNewTokens      *json.Number    `json:"num_new_tokens"`
+	NumOutputTokens   *json.Number    `json:"num_output_tokens"`
+	BusyTimeS         *float64        `json:"busy_time_s"`
+	FinishReason      *string         `json:"finish_reason"`
+	ErrorType         *string         `json:"error_type"`
+	SamplingParams    *samplingJSON   `json:"sampling_params"`
 	// SPEC §7–9.
 	PDRole            *string      `json:"pd_role"`
 	KVSource          *string      `json:"kv_source"`
@@ -83,7 +83,44 @@ type logLine struct {
 }
 
 // topLevelSampling are sampling params given at the top level of a line.
-type topLevelSampling = otelstats.SamplingParams
+type topLevelSampling = samplingJSON
+
+// samplingJSON are sampling params as the update log and the binary
+// encoding's JSON field carry them: otelstats.SamplingParams, whose stop
+// may also be one string, as vLLM's SamplingParams.stop and OpenAI's API
+// allow ("stop": "\n"); such a line was refused whole as malformed.
+type samplingJSON struct {
+	otelstats.SamplingParams
+	Stop stopJSON `json:"stop"`
+}
+
+// params is p as the tracker takes it, nil when p sets nothing.
+func (p *samplingJSON) params() *otelstats.SamplingParams {
+	if p == nil {
+		return nil
+	}
+	sp := p.SamplingParams
+	sp.Stop = p.Stop
+	if sp.IsZero() {
+		return nil
+	}
+	return &sp
+}
+
+// stopJSON is a list of stop sequences, or one.
+type stopJSON []string
+
+func (s *stopJSON) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '"' {
+		return json.Unmarshal(b, (*[]string)(s))
+	}
+	var one string
+	if err := json.Unmarshal(b, &one); err != nil {
+		return err
+	}
+	*s = stopJSON{one}
+	return nil
+}
 
 // utf8BOM is the byte order mark Windows editors write at a file's start.
 var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
@@ -113,13 +150,8 @@ func ParseUpdate(line []byte) (otelstats.Update, error) {
 			return u, rerr
 		}
 	}
-	sp := l.SamplingParams
-	if sp == nil && !l.topLevelSampling.IsZero() {
-		sp = &l.topLevelSampling
-	}
-	if !sp.IsZero() {
-		c := *sp
-		u.Sampling = &c
+	if u.Sampling = l.SamplingParams.params(); u.Sampling == nil {
+		u.Sampling = l.topLevelSampling.params()
 	}
 	capStrings(&u)
 	return u, nil

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -199,5 +200,32 @@ func TestPythonNonFiniteNumbers(t *testing.T) {
 		if _, err := ParseUpdate([]byte(line)); !errors.Is(err, want) {
 			t.Errorf("%s: %v, want %s", line, err, want)
 		}
+	}
+}
+
+// Sampling params whose stop is one string, as vLLM's SamplingParams.stop
+// and OpenAI's API allow, are read as a list of one, nested or at the top
+// level of a line, and in the binary encoding's JSON field: such an
+// INPUT_PROCESSED was refused whole as malformed, its prompt count lost.
+func TestSamplingStopAsString(t *testing.T) {
+	for _, line := range []string{
+		`{"request_id": "s", "type": "INPUT_PROCESSED", "ts": 1700000000.0, "num_prompt_tokens": 3, "sampling_params": {"temperature": 0.5, "stop": "\n"}}`,
+		`{"request_id": "s", "type": "INPUT_PROCESSED", "ts": 1700000000.0, "num_prompt_tokens": 3, "temperature": 0.5, "stop": "\n"}`,
+	} {
+		u, err := ParseUpdate([]byte(line))
+		if err != nil || u.NumPromptTokens != 3 || u.Sampling == nil || len(u.Sampling.Stop) != 1 || u.Sampling.Stop[0] != "\n" || *u.Sampling.Temperature != 0.5 {
+			t.Errorf("%s: %+v, %v; want stop [\"\\n\"]", line, u.Sampling, err)
+		}
+	}
+	// A stop list alone, at the top level, is sampling params too.
+	if u, err := ParseUpdate([]byte(`{"request_id": "s", "type": "INPUT_PROCESSED", "ts": 1700000000.0, "num_prompt_tokens": 3, "stop": ["a", "b"]}`)); err != nil || u.Sampling == nil || len(u.Sampling.Stop) != 2 {
+		t.Errorf("top-level stop list: %+v, %v", u.Sampling, err)
+	}
+	b := AppendUpdate(nil, &otelstats.Update{RequestID: "s", Kind: otelstats.KindInputProcessed, NumPromptTokens: 3}, Stamp{Ns: 1})
+	b = append(b, fieldSampling, 13)
+	b = append(b, `{"stop":"##"}`...)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	if f, _, err := DecodeFrame(b, DefaultMaxFrame); err != nil || f.Update.Sampling == nil || len(f.Update.Sampling.Stop) != 1 || f.Update.Sampling.Stop[0] != "##" {
+		t.Errorf("binary: %+v, %v", f.Update.Sampling, err)
 	}
 }
