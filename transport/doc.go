@@ -178,7 +178,8 @@
 //	                   (mapped through the HELLO), else Unix wall time;
 //	                   bits 3–7 zero
 //	uvarint  time_ns   the update's time, nanoseconds
-//	string   request_id  1–512 bytes
+//	string   request_id  1–512 bytes (a longer one: the update is
+//	                     rejected as too_long)
 //	fields   until the end of the frame, each one byte id then a value:
 //	         ids 0x01–0x3F carry a uvarint, ids 0x40–0x7F a string; an
 //	         unknown id in those ranges is skipped, ids 0x00 and 0x80–0xFF

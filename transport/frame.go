@@ -379,7 +379,7 @@ func decodeUpdate(body []byte, f *Frame) error {
 	k := otelstats.Kind(r.byte1("kind"))
 	flags := r.byte1("flags")
 	f.Stamp.Ns = r.int63("time_ns")
-	id := r.bytes("request_id", otelstats.MaxIDLength)
+	id := r.bytes("request_id", len(r.b))
 	if r.err != nil {
 		return r.err
 	}
@@ -395,6 +395,14 @@ func decodeUpdate(body []byte, f *Frame) error {
 	u.Kind = k
 	u.Side = otelstats.Side(flags & flagSideMask)
 	f.Stamp.Mono = flags&flagMono != 0
+	if len(id) > otelstats.MaxIDLength {
+		// The frame is whole: its update is refused as the update log and
+		// the tracker refuse it (too_long), not counted as malformed.
+		u.RequestID = string(id[:otelstats.MaxIDLength])
+		f.Reject = &otelstats.RejectError{RequestID: u.RequestID, Kind: k, Side: u.Side,
+			Reason: otelstats.ReasonTooLong, Detail: "request id longer than " + strconv.Itoa(otelstats.MaxIDLength) + " bytes"}
+		return nil
+	}
 	u.RequestID = string(id)
 	var tc traceContext
 	seen, err := decodeFields(&r, u, &tc)

@@ -229,3 +229,22 @@ func TestSamplingStopAsString(t *testing.T) {
 		t.Errorf("binary: %+v, %v", f.Update.Sampling, err)
 	}
 }
+
+// A binary UPDATE whose request id is longer than 512 bytes is refused as
+// too_long, as the update log and the tracker refuse it; the whole frame
+// was counted as malformed, under another reason than the README's.
+func TestBinaryLongIDTooLong(t *testing.T) {
+	id := strings.Repeat("r", otelstats.MaxIDLength+1)
+	b := AppendUpdate(nil, &otelstats.Update{RequestID: id, Kind: otelstats.KindQueued}, Stamp{Ns: 1_700_000_000e9})
+	f, _, err := DecodeFrame(b, DefaultMaxFrame)
+	if err != nil || !errors.Is(f.Reject, otelstats.ReasonTooLong) {
+		t.Fatalf("decoded %v, %v; want a too_long rejection", f.Reject, err)
+	}
+	e := newEnv(t, Config{})
+	stream := append(AppendHeader(nil), b...)
+	stream = AppendUpdate(stream, &otelstats.Update{RequestID: "next", Kind: otelstats.KindArrived, Model: "m"}, Stamp{Ns: 1_700_000_000e9})
+	st := e.c.ServeStream(bytes.NewReader(stream), "bin")
+	if st.Rejected != 1 || st.Malformed != 0 || st.Updates != 1 || e.rejected(otelstats.ReasonTooLong) != 1 {
+		t.Errorf("stream stats %+v, too_long %d; want one too_long, the next update queued", st, e.rejected(otelstats.ReasonTooLong))
+	}
+}
