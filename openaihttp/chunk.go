@@ -384,8 +384,13 @@ func (o *observed) usage(u *usageJSON) {
 	sane := func(v *tokenCount) bool { return v != nil && *v >= 0 && *v <= otelstats.MaxTokenCount }
 	// No prompt has zero tokens: a usage that says so is a placeholder
 	// (Ollama's /v1/completions puts a zero usage on every chunk before
-	// the real one), and would settle the prompt's size before it is
-	// known.
+	// the real one). Its prompt count would settle the prompt's size
+	// before it is known, and an all-zero one says nothing at all: not
+	// that the text delivered so far carried no token.
+	zero := func(v *tokenCount) bool { return v == nil || *v == 0 }
+	if zero(p) && zero(c) {
+		return
+	}
 	if sane(p) && *p > 0 {
 		o.prompt = int64(*p)
 	}

@@ -347,6 +347,13 @@ func (ex *exchange) settle() {
 	if n == 0 {
 		return
 	}
+	if out := ex.obs.output; out >= 0 && out <= ex.recorded {
+		// The usage counts no token left for them: text that is no
+		// output (a completion's echo of its prompt, max_tokens 0) has
+		// no token times (SPEC §2).
+		ex.pending = ex.pending[:0]
+		return
+	}
 	var buf [2 * len(ex.pendingBuf)]int
 	w := buf[:0]
 	if n > len(ex.pendingBuf) {
