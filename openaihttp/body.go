@@ -4,6 +4,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/llmtrace/llmtrace/otelstats"
 )
 
 // UnknownModel is the model a traced request is recorded under when its
@@ -198,7 +200,7 @@ func (b *scanBody) drain(limit int, failed bool) {
 
 // result returns what the body said so far, and when it was read; the
 // prompt, when the scanner kept it, and whether it is only its head.
-func (b *scanBody) result() (ri requestInfo, model, problem string, end time.Time, input string, inputCut bool) {
+func (b *scanBody) result() (ri requestInfo, model, problem string, end time.Time, input []otelstats.Message, inputCut bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ri = requestInfoOf(b.s)

@@ -1,6 +1,7 @@
 package openaihttp_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -58,9 +59,13 @@ func TestCaptureLongPrompt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prompt := start + strings.Repeat(tc.pad, tc.size/len(tc.pad))
-			field, want := `"messages":[{"role":"user","content":"`+prompt+`"}]`, `[{"role":"user","content":"`+start
+			var text string // the prompt as text
+			if err := json.Unmarshal([]byte(`"`+prompt+`"`), &text); err != nil {
+				t.Fatal(err)
+			}
+			field := `"messages":[{"role":"user","content":"` + prompt + `"}]`
 			if tc.input {
-				field, want = `"input":"`+prompt+`"`, start
+				field = `"input":"` + prompt + `"`
 			}
 			body := `{"model":"m","stream":true,` + field + `}`
 			if tc.modelLast {
@@ -76,17 +81,75 @@ func TestCaptureLongPrompt(t *testing.T) {
 				resp.Body.Close()
 				s := sd.stats()
 				in, _ := attrMap(sd.root(s).Attributes())[string(attributes.InputMessages)].(string)
-				if !strings.HasPrefix(in, want) || len(in) > tc.max {
-					t.Fatalf("%s: %d bytes %.40q…, want %.40q… within %d bytes", attributes.InputMessages, len(in), in, want, tc.max)
+				texts := messageTexts(t, in)
+				if len(texts) != 1 || !strings.HasPrefix(texts[0], start) || len(in) > tc.max {
+					t.Fatalf("%s: %d bytes %.60q…, want the prompt's text within %d bytes", attributes.InputMessages, len(in), in, tc.max)
 				}
-				if !utf8.ValidString(in) || strings.ContainsRune(in, utf8.RuneError) {
-					t.Errorf("%s is not the prompt's clean head: …%q", attributes.InputMessages, in[max(len(in)-16, 0):])
+				got := strings.TrimSuffix(texts[0], "…[truncated]")
+				if !strings.HasPrefix(text, got) || strings.ContainsRune(got, utf8.RuneError) {
+					t.Errorf("%s is not the prompt's clean head: …%q", attributes.InputMessages, got[max(len(got)-16, 0):])
 				}
-				if len(in) < tc.head {
-					t.Errorf("%s kept %d bytes of the prompt, want its 64 KiB head", attributes.InputMessages, len(in))
+				if len(got) < tc.head {
+					t.Errorf("%s kept %d bytes of the prompt, want its 64 KiB head", attributes.InputMessages, len(got))
 				}
 				if n := truncatedOf(sd.metrics(), attributes.InputMessages); n != map[bool]int64{true: 1}[tc.cut] {
 					t.Errorf("the cut counted %d times, want it once if cut (%v)", n, tc.cut)
+				}
+			})
+		})
+	}
+}
+
+// TestCaptureToolCallsAndResponses: with capture on, both sides record a
+// streamed chat answer that calls a tool (its arguments streamed in
+// pieces), and a whole Responses API answer (its output items), as the
+// conventions' output messages; a whole chat answer's tool calls too.
+func TestCaptureToolCallsAndResponses(t *testing.T) {
+	toolStream := []string{
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+	}
+	for _, tc := range []struct {
+		name, path, body string
+		up               http.HandlerFunc
+		want             string
+	}{
+		{"streamed tool call", "/v1/chat/completions", `{"model":"m","stream":true,"messages":[{"role":"user","content":"weather?"}]}`,
+			func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				for _, c := range toolStream {
+					_, _ = io.WriteString(w, "data: "+c+"\n\n")
+				}
+				_, _ = io.WriteString(w, "data: [DONE]\n\n")
+			},
+			`[{"role":"assistant","parts":[{"type":"tool_call","id":"call_1","name":"get_weather","arguments":"{\"city\":\"Paris\"}"}],"finish_reason":"tool_call"}]`},
+		{"whole responses answer", "/v1/responses", `{"model":"m","input":"hi"}`,
+			func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"id":"resp_1","object":"response","status":"completed","model":"m","output":[`+
+					`{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"greet"}]},`+
+					`{"type":"message","id":"msg_1","role":"assistant","status":"completed","content":[{"type":"output_text","text":"Hello!","annotations":[]}]}],`+
+					`"usage":{"input_tokens":1,"output_tokens":2,"total_tokens":3}}`)
+			},
+			`[{"role":"assistant","parts":[{"type":"reasoning","content":"greet"},{"type":"text","content":"Hello!"}],"finish_reason":"stop"}]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []otelstats.Option{otelstats.WithContentCapture(&otelstats.ContentCapture{})}
+			eachSide(t, tc.up, opts, func(t *testing.T, sd side) {
+				resp, err := http.Post(sd.url+tc.path, "application/json", strings.NewReader(tc.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				s := sd.stats()
+				out, _ := attrMap(sd.root(s).Attributes())[string(attributes.OutputMessages)].(string)
+				if out != tc.want {
+					t.Errorf("%s\n got %s\nwant %s", attributes.OutputMessages, out, tc.want)
 				}
 			})
 		})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -419,6 +420,7 @@ const (
 	respUsage
 	respError
 	respIncomplete
+	respOutput // the Responses API's output items: content capture only
 )
 
 // newResponseFields is the fieldSet of a non-stream response; the choices
@@ -428,6 +430,12 @@ func newResponseFields(limit int) *fieldSet {
 		keys: []string{"id", "model", "object", "status", "choices", "usage", "error", "incomplete_details"},
 		caps: []int{4 << 10, capModel, 256, 256, limit, 4 << 10, 64 << 10, 4 << 10},
 	}
+}
+
+// withOutput is fs with the Responses API's output items kept too, up to
+// maxCapture bytes, for content capture.
+func withOutput(fs *fieldSet) *fieldSet {
+	return &fieldSet{keys: append(slices.Clone(fs.keys), "output"), caps: append(slices.Clone(fs.caps), maxCapture)}
 }
 
 // decodeResponseFields fills c from what the scanner kept of a response.

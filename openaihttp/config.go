@@ -80,8 +80,11 @@ type config struct {
 	// Built by newConfig.
 	budget         *budget
 	responseFields *fieldSet
-	tracer         trace.Tracer
-	inst           *instruments
+	// responseFieldsCapture adds the Responses API's output (content
+	// capture only).
+	responseFieldsCapture *fieldSet
+	tracer                trace.Tracer
+	inst                  *instruments
 }
 
 func newConfig(opts []Option) (*config, error) {
@@ -108,6 +111,7 @@ func newConfig(opts []Option) (*config, error) {
 	c.stall = c.stall.withDefaults()
 	c.maxBody = max(c.maxBody, c.peekLimit)
 	c.responseFields = newResponseFields(c.eventLimit)
+	c.responseFieldsCapture = withOutput(c.responseFields)
 	c.tracer = c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version()))
 	if c.sp != nil {
 		if c.res == nil {

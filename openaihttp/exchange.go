@@ -106,9 +106,9 @@ type exchange struct {
 	stall *stallDetector // the proxy's; nil in the middleware
 
 	capture  bool
-	input    string
+	input    []otelstats.Message
 	inputCut bool // input is the prompt's head only
-	output   strings.Builder
+	output   outputCapture
 
 	trailerKey, trailer string // Server-Timing on a stream (servertiming.go)
 
@@ -162,7 +162,11 @@ func (ex *exchange) header(code int, h http.Header, at time.Time) {
 		ex.promised, ex.hasPromised = n, true
 	}
 	if ex.mode == modeJSON {
-		ex.body = newFieldScanner(ex.cfg.responseFields, ex.hold)
+		fields := ex.cfg.responseFields
+		if ex.capture {
+			fields = ex.cfg.responseFieldsCapture
+		}
+		ex.body = newFieldScanner(fields, ex.hold)
 		ex.body.tap, ex.body.tapKey = newChoiceScan(ex.hold), respChoices
 	}
 	if ex.cfg.serverTiming {
@@ -257,9 +261,11 @@ func (ex *exchange) event(data []byte, over bool) {
 	ex.observe(c)
 	if n := c.contentChoices(); n > 0 {
 		ex.deliver(ex.at, n)
-		if ex.capture {
-			appendOutput(&ex.output, data)
-		}
+	}
+	if ex.capture {
+		// Also the chunks without content: tool calls, reasoning, the
+		// finish reasons.
+		ex.output.add(data)
 	}
 }
 
@@ -532,7 +538,7 @@ func (ex *exchange) finish(o outcome, metrics func(otelstats.Update)) otelstats.
 		u.FinishReasons = ex.obs.choiceReasons()
 	}
 	if ex.capture {
-		ex.q.RecordContent(ex.input, ex.output.String())
+		ex.q.RecordMessages(ex.input, ex.output.messages())
 		if ex.inputCut {
 			ex.cfg.countTruncated(attributes.InputMessages)
 		}
@@ -588,7 +594,10 @@ func (ex *exchange) readBodyEnd(o *outcome) {
 		ex.observe(c)
 		if ex.capture && ex.status < 400 {
 			if raw, _ := ex.body.value(respChoices); len(raw) > 0 {
-				appendOutput(&ex.output, append(append([]byte(`{"choices":`), raw...), '}'))
+				ex.output.add(append(append([]byte(`{"choices":`), raw...), '}'))
+			}
+			if raw, _ := ex.body.value(respOutput); len(raw) > 0 {
+				ex.output.addItems(raw)
 			}
 		}
 	}

@@ -579,7 +579,8 @@ func TestProxyContentCapture(t *testing.T) {
 		in, out string
 	}{
 		{"default", nil, "", ""},
-		{"opted in", []otelstats.Option{otelstats.WithContentCapture(&otelstats.ContentCapture{})}, `[{"role":"user","content":"SECRET-IN"}]`, "SECRET-OUT"},
+		{"opted in", []otelstats.Option{otelstats.WithContentCapture(&otelstats.ContentCapture{})}, `[{"role":"user","parts":[{"type":"text","content":"SECRET-IN"}]}]`,
+			`[{"role":"assistant","parts":[{"type":"text","content":"SECRET-OUT"}],"finish_reason":"stop"}]`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, up, nil, c.opts...)

@@ -497,7 +497,9 @@ func (c *call) arrive() {
 	c.arrived = true
 	var ri requestInfo
 	model, problem := UnknownModel, BodyNotJSON
-	parsed, input, inputCut := time.Time{}, "", false
+	var parsed time.Time
+	var input []otelstats.Message
+	inputCut := false
 	if c.body != nil {
 		if c.upErr != "" {
 			c.body.drain(c.p.cfg.maxBody, true)

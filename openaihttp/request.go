@@ -134,29 +134,29 @@ func requestInfoOf(s *fieldScanner) requestInfo {
 	return ri
 }
 
-// captureInputOf returns the request's messages, prompt or input as raw
-// JSON (a string prompt unquoted), when the scanner kept them; cut says
-// it is their head only: they were longer than maxCapture, or beyond what
-// was read.
-func captureInputOf(s *fieldScanner) (input string, cut bool) {
+// captureInputOf returns the request's messages, prompt or input as the
+// conventions' messages, when the scanner kept them; cut says they are
+// read from their head only: they were longer than maxCapture, or beyond
+// what was read.
+func captureInputOf(s *fieldScanner) (input []otelstats.Message, cut bool) {
 	if len(s.vals) <= reqInput {
-		return "", false
+		return nil, false
 	}
 	for _, i := range []int{reqMessages, reqPrompt, reqInput} {
 		raw, cut := s.head(i)
 		if len(raw) == 0 || string(raw) == "null" {
 			continue
 		}
-		if cut {
-			return headText(raw), true
+		if raw[0] == '"' {
+			text := headText(raw)
+			if !cut {
+				text, _ = stringOf(raw)
+			}
+			return []otelstats.Message{otelstats.TextMessage("user", text)}, cut
 		}
-		var str string
-		if json.Unmarshal(raw, &str) == nil {
-			return str, false
-		}
-		return string(raw), false
+		return inputMessages(i, raw), cut
 	}
-	return "", false
+	return nil, false
 }
 
 // headText is the head of a JSON value cut short, as text: a string's

@@ -1,17 +1,20 @@
 package otelstats
 
-import "github.com/llmtrace/llmtrace/internal/textcap"
+import "slices"
 
 // ContentCapture opts into recording prompts and completions (SPEC §6). By
 // default nothing of a request's content reaches the tracker's output: no
 // prompt, no completion, no token ids — only counts and times.
 type ContentCapture struct {
-	// MaxBytes caps each recorded text (input and output), cut at a rune
-	// boundary and marked with "…[truncated]" (unmarked when the cap is
-	// smaller than the mark); 0 means DefaultContentMax.
+	// MaxBytes caps each recorded attribute's JSON (input and output):
+	// the longest texts are cut on a rune boundary to one common length
+	// and marked with "…[truncated]" (unmarked when there is no room for
+	// the mark), the oldest messages dropped when even their structure
+	// does not fit; the JSON stays valid. 0 means DefaultContentMax.
 	MaxBytes int
-	// Redact, when set, rewrites each text before it is kept (e.g. to mask
-	// e-mail addresses or keys). It runs before the cap.
+	// Redact, when set, rewrites each free text (a part's content, tool
+	// call arguments, a URI) before it is kept, e.g. to mask e-mail
+	// addresses or keys. It runs before the cap.
 	Redact func(string) string
 }
 
@@ -39,16 +42,38 @@ func WithContentCapture(c *ContentCapture) Option {
 func (t *Tracker) CapturesContent() bool { return t.cfg.content != nil }
 
 // RecordContent hands the request's prompt (input) and completion (output)
-// to the tracker. Unless content capture is on it does nothing; with it,
-// each text is redacted, capped and put on the root span as
-// gen_ai.input.messages and gen_ai.output.messages. Empty texts are
-// skipped; a later call replaces what an earlier one gave.
+// to the tracker as plain texts: RecordMessages with one user message of
+// input and one assistant message of output. Empty texts are skipped.
 func (q *Request) RecordContent(input, output string) {
+	var in, out []Message
+	if input != "" {
+		in = []Message{TextMessage("user", input)}
+	}
+	if output != "" {
+		out = []Message{TextMessage("assistant", output)}
+	}
+	q.RecordMessages(in, out)
+}
+
+// RecordMessages hands the request's chat history (input) and the model's
+// answer (output, one message per choice) to the tracker. Unless content
+// capture is on it does nothing; with it, each is written in the GenAI
+// conventions' message schema, every free text (content, tool arguments,
+// URIs) redacted, the JSON capped at MaxBytes (marshalMessages: always
+// valid JSON), and put on the root span as gen_ai.input.messages and
+// gen_ai.output.messages. Empty lists are skipped; a later call replaces
+// what an earlier one gave.
+func (q *Request) RecordMessages(input, output []Message) {
 	t, r := q.t, q.r
 	if t == nil || r == nil || t.cfg.content == nil {
 		return
 	}
-	in, out := t.cfg.content.prepare(input), t.cfg.content.prepare(output)
+	c := t.cfg.content
+	var in string
+	if len(input) > 0 {
+		in = marshalMessages(input, c.MaxBytes, c.Redact)
+	}
+	output = redacted(output, c.Redact)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done.Load() {
@@ -58,26 +83,24 @@ func (q *Request) RecordContent(input, output string) {
 	if in != "" {
 		x.input = in
 	}
-	if out != "" {
-		x.output = out
+	if len(output) > 0 {
+		x.output = output
 	}
 }
 
-func (c *ContentCapture) prepare(s string) string {
-	if s == "" {
-		return ""
+// outputJSON writes the captured output messages; one without a finish
+// reason takes its choice's from the frontend's FINISHED, else the
+// request's (the conventions require one on every output message).
+func (c *ContentCapture) outputJSON(msgs []Message, reasons []string, reason string) string {
+	msgs = slices.Clone(msgs)
+	for i := range msgs {
+		switch {
+		case msgs[i].FinishReason != "":
+		case i < len(reasons) && reasons[i] != "":
+			msgs[i].FinishReason = reasons[i]
+		default:
+			msgs[i].FinishReason = reason
+		}
 	}
-	if c.Redact != nil {
-		s = c.Redact(s)
-	}
-	if len(s) <= c.MaxBytes {
-		return s
-	}
-	const mark = "…[truncated]"
-	if c.MaxBytes < len(mark) {
-		// No room for the mark: the cap is what the user asked for
-		// (SPEC §6), so the head alone.
-		return textcap.Cut(s, c.MaxBytes)
-	}
-	return textcap.Cut(s, c.MaxBytes-len(mark)) + mark
+	return marshalMessages(msgs, c.MaxBytes, nil)
 }

@@ -185,10 +185,13 @@ type reqExtra struct {
 	// positions counts accepted draft tokens by position (SPEC §8).
 	positions  *[attributes.SpecPositions]int64
 	deliveries []int64 // DetailTokens: frontend token deliveries
-	// Captured content (ContentCapture only): already redacted and capped.
-	input, output string
-	attrs         []attribute.KeyValue // Request.SetAttributes
-	onFinish      func(*RequestStats)  // Arrival.OnFinish
+	// Captured content (ContentCapture only): the input already written
+	// (redacted and capped); the output redacted, written at the end, when
+	// the finish reasons its messages may lack are known.
+	input    string
+	output   []Message
+	attrs    []attribute.KeyValue // Request.SetAttributes
+	onFinish func(*RequestStats)  // Arrival.OnFinish
 	// finishReasons are the frontend FINISHED's per-choice reasons
 	// (Update.FinishReasons), capped.
 	finishReasons []string

@@ -242,8 +242,8 @@ func (t *Tracker) rootAttrs(r *reqState, s *RequestStats, a []attribute.KeyValue
 		if x.input != "" {
 			a = append(a, attributes.InputMessages.String(x.input))
 		}
-		if x.output != "" {
-			a = append(a, attributes.OutputMessages.String(x.output))
+		if len(x.output) > 0 && t.cfg.content != nil {
+			a = append(a, attributes.OutputMessages.String(t.cfg.content.outputJSON(x.output, x.finishReasons, s.FinishReason)))
 		}
 		a = append(a, x.attrs...)
 	}
