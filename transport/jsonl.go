@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -88,10 +89,16 @@ type topLevelSampling = samplingJSON
 // samplingJSON are sampling params as the update log and the binary
 // encoding's JSON field carry them: otelstats.SamplingParams, whose stop
 // may also be one string, as vLLM's SamplingParams.stop and OpenAI's API
-// allow ("stop": "\n"); such a line was refused whole as malformed.
+// allow ("stop": "\n"), and whose integers may be written as floats with
+// an integer value ("max_tokens": 16.0), as counts may; such a line was
+// refused whole as malformed.
 type samplingJSON struct {
 	otelstats.SamplingParams
-	Stop stopJSON `json:"stop"`
+	Stop      stopJSON `json:"stop"`
+	TopK      *intJSON `json:"top_k"`
+	MaxTokens *intJSON `json:"max_tokens"`
+	Seed      *intJSON `json:"seed"`
+	N         *intJSON `json:"n"`
 }
 
 // params is p as the tracker takes it, nil when p sets nothing.
@@ -101,10 +108,27 @@ func (p *samplingJSON) params() *otelstats.SamplingParams {
 	}
 	sp := p.SamplingParams
 	sp.Stop = p.Stop
+	sp.TopK, sp.MaxTokens, sp.Seed, sp.N = (*int64)(p.TopK), (*int64)(p.MaxTokens), (*int64)(p.Seed), (*int64)(p.N)
 	if sp.IsZero() {
 		return nil
 	}
 	return &sp
+}
+
+// intJSON is an integer sampling param, read as parseInt reads a count.
+type intJSON int64
+
+func (n *intJSON) UnmarshalJSON(b []byte) error {
+	var num json.Number
+	if err := json.Unmarshal(b, &num); err != nil {
+		return err
+	}
+	v, err := parseInt(num.String())
+	if err != nil {
+		return fmt.Errorf("sampling param %s: %w", truncate(num.String(), 32), err)
+	}
+	*n = intJSON(v)
+	return nil
 }
 
 // stopJSON is a list of stop sequences, or one.

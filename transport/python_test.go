@@ -248,3 +248,21 @@ func TestBinaryLongIDTooLong(t *testing.T) {
 		t.Errorf("stream stats %+v, too_long %d; want one too_long, the next update queued", st, e.rejected(otelstats.ReasonTooLong))
 	}
 }
+
+// Integer sampling params written as floats with an integer value are
+// those integers, as counts are (pandas, a param computed in floating
+// point); a fraction or a value past int64 still makes the line malformed.
+func TestSamplingIntegralFloats(t *testing.T) {
+	u, err := ParseUpdate([]byte(`{"request_id": "s", "type": "INPUT_PROCESSED", "ts": 1700000000.0, "num_prompt_tokens": 3,
+		"sampling_params": {"max_tokens": 16.0, "top_k": -1.0, "seed": 42, "n": 1e0, "temperature": 0.0, "top_p": null}}`))
+	if err != nil || u.Sampling == nil || *u.Sampling.MaxTokens != 16 || *u.Sampling.TopK != -1 || *u.Sampling.Seed != 42 ||
+		*u.Sampling.N != 1 || *u.Sampling.Temperature != 0 || u.Sampling.TopP != nil {
+		t.Errorf("%+v, %v; want max_tokens 16, top_k -1, seed 42, n 1, temperature 0", u.Sampling, err)
+	}
+	for _, bad := range []string{`{"max_tokens": 1.5}`, `{"seed": 1e30}`, `{"n": "x"}`} {
+		line := `{"request_id": "s", "type": "INPUT_PROCESSED", "ts": 1700000000.0, "num_prompt_tokens": 3, "sampling_params": ` + bad + `}`
+		if _, err := ParseUpdate([]byte(line)); !errors.Is(err, otelstats.ReasonMalformed) {
+			t.Errorf("%s: %v, want malformed", bad, err)
+		}
+	}
+}
