@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/llmtrace/llmtrace/internal/jsonstr"
 	"github.com/llmtrace/llmtrace/internal/unixsec"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
@@ -565,7 +566,7 @@ func RecordLine(t *otelstats.Tracker, line []byte) error {
 func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	w := jsonWriter(dst)
 	w = append(w, `{"request_id":`...)
-	w = appendJSONString(w, u.RequestID, true)
+	w = jsonstr.Append(w, u.RequestID, true)
 	w = append(w, `,"type":"`...)
 	w = append(w, u.Kind.String()...)
 	w = append(w, `","ts":`...)
@@ -576,7 +577,7 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	if u.Scope != "" {
 		// An identity, as the id: refused rather than read as another.
 		w.key("scope")
-		w = appendJSONString(w, u.Scope, true)
+		w = jsonstr.Append(w, u.Scope, true)
 	}
 	for _, f := range [...]struct{ k, v string }{
 		{"model", u.Model}, {"operation", u.Operation},
@@ -631,46 +632,9 @@ func (w *jsonWriter) key(k string) {
 func (w *jsonWriter) str(k, v string) {
 	if v != "" {
 		w.key(k)
-		*w = appendJSONString(*w, v, false)
+		*w = jsonstr.Append(*w, v, false)
 	}
 }
-
-// appendJSONString appends s as a JSON string: strconv.AppendQuote's Go
-// escapes (\x01, \a, \U000e0001) are no JSON, and a line with one was
-// lost whole. Invalid UTF-8 becomes U+FFFD, as encoding/json reads it,
-// except in an identity, the id or the scope (rawInvalid): written as it
-// is, it is refused as malformed, as the update log refuses an identity
-// that is not UTF-8, where a U+FFFD could make it another request's.
-func appendJSONString(dst []byte, s string, rawInvalid bool) []byte {
-	dst = append(dst, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 && !rawInvalid {
-				dst = append(dst, "\ufffd"...)
-			} else {
-				dst = append(dst, s[i:i+size]...)
-			}
-			i += size
-			continue
-		}
-		switch {
-		case c == '"' || c == '\\':
-			dst = append(dst, '\\', c)
-		case c == '\n':
-			dst = append(dst, '\\', 'n')
-		case c < 0x20 || c == 0x7f:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigit[c>>4], hexDigit[c&0xf])
-		default:
-			dst = append(dst, c)
-		}
-		i++
-	}
-	return append(dst, '"')
-}
-
-const hexDigit = "0123456789abcdef"
 
 func (w *jsonWriter) num(k string, v int, on bool) {
 	if on {
