@@ -25,3 +25,23 @@ func TestParseRequestLaxBool(t *testing.T) {
 		}
 	}
 }
+
+// vLLM reads n, max_tokens and seed with pydantic's lax int rules: an
+// integer, a float without a fraction, or a string holding one. "n":"2"
+// is two choices to vLLM, so a stream is whole only when both finished.
+func TestParseRequestLaxInt(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want int64 // 0: not read
+	}{
+		{`2`, 2}, {`2.0`, 2}, {`2e0`, 2}, {`"2"`, 2}, {`" 2 "`, 2}, {`"2.0"`, 2},
+		{`2.5`, 0}, {`"2.5"`, 0}, {`"two"`, 0}, {`"\u0032"`, 0}, {`null`, 0}, {`true`, 0}, {`""`, 0}, {`1e300`, 0},
+	} {
+		got := parseRequest([]byte(`{"model":"m","n":` + c.v + `,"max_tokens":` + c.v + `,"seed":` + c.v + `}`)).Sampling
+		for name, p := range map[string]*int64{"n": got.N, "max_tokens": got.MaxTokens, "seed": got.Seed} {
+			if (p == nil) != (c.want == 0) || (p != nil && *p != c.want) {
+				t.Errorf("%s %s: read %v, want %d", name, c.v, p, c.want)
+			}
+		}
+	}
+}

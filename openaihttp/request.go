@@ -3,6 +3,7 @@ package openaihttp
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -237,12 +238,30 @@ func float(raw json.RawMessage) *float64 {
 	return &v
 }
 
-// integer reads an integer as encoding/json would into an int64 (nil for
-// anything else — a fraction or exponent included — or out of range).
+// integer reads an integer as vLLM's request models (pydantic, lax mode)
+// do: a JSON integer, a number without a fraction (16.0, 1.6e1), or a
+// string holding either ("16"); nil for anything else — a fraction or a
+// value out of range, which vLLM rejects, or a string with an escape in
+// it, which no client writes for a number.
 func integer(raw json.RawMessage) *int64 {
 	raw = bytes.Trim(raw, " \t\r\n")
-	if integer, ok := jsonNumber(raw); !ok || !integer {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		// "16": vLLM's request models (pydantic, lax mode) take a string
+		// holding a number, its whitespace trimmed.
+		raw = bytes.TrimSpace(raw[1 : len(raw)-1])
+	}
+	isInt, ok := jsonNumber(raw)
+	if !ok {
 		return nil
+	}
+	if !isInt {
+		// 16.0: lax mode takes a float without a fraction.
+		f, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+			return nil
+		}
+		v := int64(f)
+		return &v
 	}
 	v, ok := parseInt64(raw)
 	if !ok {
