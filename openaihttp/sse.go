@@ -25,6 +25,7 @@ type sseReader struct {
 	line     []byte // a line split across writes
 	lineOver bool
 	lastCR   bool // the last write ended with CR: a LF next belongs to it
+	bomAt    int  // bytes of a leading byte order mark read; len(bom) once past it
 
 	data     []byte // the event's data lines, joined
 	hasData  bool
@@ -39,6 +40,9 @@ type sseReader struct {
 
 // feed reads p, calling sink for every event it completes.
 func (s *sseReader) feed(p []byte, sink sseSink) {
+	if s.bomAt < len(bom) {
+		p = s.skipBOM(p)
+	}
 	for len(p) > 0 {
 		if s.lastCR {
 			s.lastCR = false
@@ -81,6 +85,27 @@ func lineEnd(p []byte) int {
 		return j
 	}
 	return i
+}
+
+// bom is the UTF-8 byte order mark, which the SSE specification's decoder
+// strips from a stream's start: left in, it made the first line's field
+// name "\ufeffdata", and the first event (often the first token) was lost.
+const bom = "\xef\xbb\xbf"
+
+// skipBOM drops a byte order mark the stream starts with, also one split
+// across writes; bytes that only began like one are the first line's.
+func (s *sseReader) skipBOM(p []byte) []byte {
+	for ; s.bomAt < len(bom) && len(p) > 0; p = p[1:] {
+		if p[0] != bom[s.bomAt] {
+			if s.bomAt > 0 {
+				s.appendLine([]byte(bom[:s.bomAt]))
+			}
+			s.bomAt = len(bom)
+			return p
+		}
+		s.bomAt++
+	}
+	return p
 }
 
 func (s *sseReader) appendLine(b []byte) {

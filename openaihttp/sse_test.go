@@ -33,6 +33,7 @@ func referenceSSE(stream string, limit int) []sseEvent {
 	var out []sseEvent
 	var data []string
 	has, over := false, false
+	stream = strings.TrimPrefix(stream, "\ufeff") // the decoder strips one leading BOM
 	lines := strings.Split(strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(stream), "\n")
 	for i, line := range lines {
 		if i == len(lines)-1 {
@@ -77,6 +78,9 @@ func TestSSEReader(t *testing.T) {
 		{"no data", "event: x\n\n", nil},
 		{"no blank line yet", "data: a\n", nil},
 		{"over", "data: " + strings.Repeat("x", 40) + "\n\ndata: ok\n\n", []sseEvent{{"", true}, {"ok", false}}},
+		{"byte order mark", "\ufeffdata: a\n\n", []sseEvent{{"a", false}}},
+		{"two byte order marks", "\ufeff\ufeffdata: a\n\ndata: b\n\n", []sseEvent{{"b", false}}},
+		{"a BOM's head", "\xef\xbbdata: a\n\ndata: b\n\n", []sseEvent{{"b", false}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var got eventList
@@ -102,6 +106,8 @@ func FuzzSSEReader(f *testing.F) {
 		"data:" + strings.Repeat("x", 70) + "\n\ndata: y\n\n",
 		"\r\r\n\n\rdata: x\r",
 		"data\n\ndata:\n\n",
+		"\ufeffdata: a\n\n",
+		"\xef\xbbdata: a\n\n",
 	} {
 		f.Add(s, uint64(0x9e3779b97f4a7c15))
 	}
