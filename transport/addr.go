@@ -26,7 +26,13 @@ func ParseAddr(s string) (Addr, error) {
 	case ok && network == "unix" && rest != "":
 		return Addr{"unix", rest}, nil
 	case ok && network == "tcp" && rest != "":
-		if _, _, err := net.SplitHostPort(rest); err != nil {
+		_, port, err := net.SplitHostPort(rest)
+		if err == nil {
+			// A port out of range (99999) is the caller's mistake, found
+			// here rather than when the listen fails.
+			_, err = net.LookupPort("tcp", port)
+		}
+		if err != nil {
 			return Addr{}, fmt.Errorf("transport: address %q: %w", s, err)
 		}
 		return Addr{"tcp", rest}, nil

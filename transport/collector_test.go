@@ -688,7 +688,7 @@ func TestParseAddr(t *testing.T) {
 			t.Errorf("ParseAddr(%q) = %v, %v", in, got, err)
 		}
 	}
-	for _, in := range []string{"", "unix:", "tcp:nope", "udp:1.2.3.4:5", "x"} {
+	for _, in := range []string{"", "unix:", "tcp:nope", "udp:1.2.3.4:5", "x", "tcp:[::1]:99999", "tcp:127.0.0.1:-1", "tcp:127.0.0.1:nosuchservice"} {
 		if _, err := ParseAddr(in); err == nil {
 			t.Errorf("ParseAddr(%q) ok", in)
 		}

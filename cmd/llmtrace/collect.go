@@ -196,7 +196,7 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 		}
 		a, err := transport.ParseAddr(l)
 		if err != nil {
-			return bad("-listen %q: want unix:PATH, tcp:HOST:PORT or -", l)
+			return bad("-listen %q: want unix:PATH, tcp:HOST:PORT or - (%v)", l, errors.Unwrap(err))
 		}
 		sc.Listen = append(sc.Listen, a)
 	}

@@ -175,6 +175,11 @@ func TestCollectUsage(t *testing.T) {
 	if !strings.Contains(stderr.String(), "loopback") {
 		t.Errorf("stderr: %s", stderr.String())
 	}
+	// A port out of range is a usage error, found before anything starts.
+	stderr.Reset()
+	if code := collect(context.Background(), []string{"-listen", "tcp:[::1]:99999"}, nil, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), "invalid port") {
+		t.Errorf("port 99999: exit %d: %s", code, stderr.String())
+	}
 }
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
