@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -129,6 +130,19 @@ func TestRunInterruptDuringArrivals(t *testing.T) {
 		cancel()
 		if !res.Interrupted || res.Offered == 0 || res.Offered < res.Shed {
 			t.Errorf("rate %g: interrupted %v offered %d shed %d", rate, res.Interrupted, res.Offered, res.Shed)
+		}
+	}
+}
+
+// TestRunHugeBatchAdmits: a batch so large that 16 × it, the default
+// waiting bound, passes the largest int admits arrivals like any other;
+// the bound wrapped negative and every arrival was shed.
+func TestRunHugeBatchAdmits(t *testing.T) {
+	for _, inFlight := range []int{math.MaxInt / 8, math.MaxInt} {
+		r, _ := newRunner(t, &fakeExporter{})
+		res := runGuarded(t, r, context.Background(), Config{Rate: 200, Duration: 100 * time.Millisecond, InFlight: inFlight, OutputTokens: 2})
+		if res.Offered <= 0 || res.Shed != 0 {
+			t.Errorf("in flight %d: offered %d, shed %d", inFlight, res.Offered, res.Shed)
 		}
 	}
 }

@@ -159,7 +159,11 @@ func (l *level) due(t time.Time) int64 {
 		}
 		return int64(owed) - l.res.Offered
 	}
-	return int64(min(l.c.InFlight-len(l.running)-(len(l.waiting)-l.head), (l.c.InFlight+l.c.OutputTokens-1)/l.c.OutputTokens))
+	perStep := l.c.InFlight / l.c.OutputTokens // rounded up, without overflowing
+	if l.c.InFlight%l.c.OutputTokens != 0 {
+		perStep++
+	}
+	return int64(min(l.c.InFlight-len(l.running)-(len(l.waiting)-l.head), perStep))
 }
 
 // sleepUntilNextArrival idles until the rate owes the next request.

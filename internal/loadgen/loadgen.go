@@ -24,6 +24,7 @@ package loadgen
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -79,7 +80,12 @@ func (c Config) withDefaults() Config {
 		c.StepTime = 0
 	}
 	if c.MaxWaiting <= 0 {
-		c.MaxWaiting = 16 * c.InFlight
+		// Saturating: 16 × a huge InFlight wrapped negative, and every
+		// arrival was shed.
+		c.MaxWaiting = math.MaxInt
+		if c.InFlight <= math.MaxInt/16 {
+			c.MaxWaiting = 16 * c.InFlight
+		}
 	}
 	if c.Model == "" {
 		c.Model = "load"
