@@ -3,6 +3,7 @@ package openaihttp
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -220,7 +221,8 @@ func FuzzSpread(f *testing.F) {
 }
 
 // FuzzFieldDecoders holds the request fields' decoders to encoding/json:
-// the same model string, number or nothing for any raw value.
+// the same model string, number or nothing for any raw value; integers as
+// pydantic's lax mode reads them (laxInt), through encoding/json.
 func FuzzFieldDecoders(f *testing.F) {
 	for _, s := range []string{`"llama"`, `"a\"b"`, `"é"`, "\"\xff\"", "\"a\x01\"", `"\u00e9"`, `""`, `"`, `5`, `-0`, `1.5`, `1e3`, `-1E-2`,
 		`9223372036854775807`, `9223372036854775808`, `-9223372036854775808`, `1e400`, `01`, `1.`, `.5`, `-`, `null`, `true`, `"5"`, `[1]`, `12abc`, ` 1`} {
@@ -238,10 +240,31 @@ func FuzzFieldDecoders(f *testing.F) {
 		if gf := float(raw); (gf != nil) != wantF || gf != nil && *gf != fw {
 			t.Errorf("float %q: %v, encoding/json %v (%v)", raw, gf, fw, wantF)
 		}
-		var iw int64
-		wantI := len(raw) > 0 && !bytes.Equal(raw, []byte("null")) && json.Unmarshal(raw, &iw) == nil
+		iw, wantI := laxInt(raw)
 		if gi := integer(raw); (gi != nil) != wantI || gi != nil && *gi != iw {
-			t.Errorf("integer %q: %v, encoding/json %v (%v)", raw, gi, iw, wantI)
+			t.Errorf("integer %q: %v, pydantic's lax int %v (%v)", raw, gi, iw, wantI)
 		}
 	})
+}
+
+// laxInt is pydantic's lax int, written plainly with encoding/json: a JSON
+// integer, a number without a fraction within ±2^53, or a string (without
+// escapes) holding either, its spaces trimmed.
+func laxInt(raw []byte) (int64, bool) {
+	raw = bytes.Trim(raw, " \t\r\n")
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && !bytes.Contains(raw, []byte(`\`)) {
+		raw = bytes.TrimSpace(raw[1 : len(raw)-1])
+	}
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return 0, false
+	}
+	var i int64
+	if json.Unmarshal(raw, &i) == nil {
+		return i, true
+	}
+	var f float64
+	if json.Unmarshal(raw, &f) == nil && f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+		return int64(f), true
+	}
+	return 0, false
 }
