@@ -221,6 +221,12 @@ func (t *Tracker) rootAttrs(r *reqState, s *RequestStats, a []attribute.KeyValue
 		finishReasonsAttr(s.FinishReason, s.FinishReasons),
 		attributes.Preemptions.Int(s.NumPreemptions),
 	)
+	if len(s.FinishReasons) > 1 {
+		// The choices' reasons do not say which is the request's (the
+		// choice that finished last): readers of the span, such as the
+		// fleet connector, take it from here, as the metrics have it.
+		a = append(a, attributes.FinishReason.String(s.FinishReason))
+	}
 	if r.scope != "" {
 		a = append(a, t.cleanAttr(attributes.RequestScope, r.scope))
 	}

@@ -98,6 +98,11 @@ func TestChoiceFinishReasons(t *testing.T) {
 	if v, _ := attrOf(root.Attributes(), attributes.FinishReasons); !slices.Equal(v.AsStringSlice(), []string{"length", "stop"}) {
 		t.Errorf("gen_ai.response.finish_reasons = %q", v.AsStringSlice())
 	}
+	// The list does not say which is the request's: the root says it too,
+	// so the fleet connector labels as the metrics do.
+	if v, _ := attrOf(root.Attributes(), attributes.FinishReason); v.AsString() != "stop" {
+		t.Errorf("llm.finish_reason on the root = %q, want stop", v.AsString())
+	}
 	if b, _ := json.Marshal(&s); !strings.Contains(string(b), `"finish_reason":"stop","finish_reasons":["length","stop"]`) {
 		t.Errorf("JSON %s", b)
 	}

@@ -121,7 +121,13 @@ func (s *Span) Set(key string, v Value) {
 	case attributes.ProviderName:
 		s.Provider = name(v)
 	case attributes.FinishReasons:
-		s.FinishReason = finishReason(v)
+		if !s.ownReason {
+			s.FinishReason = finishReason(v)
+		}
+	case attributes.FinishReason:
+		if r := name(v); r != "" {
+			s.FinishReason, s.ownReason = r, true
+		}
 	case attributes.PDRole:
 		if r, _ := v.Str(); r == "prefill" || r == "decode" {
 			s.PDRole = r

@@ -42,3 +42,21 @@ func TestFromAttributesNamesStayUTF8(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnFinishReasonWins: an llmtrace root of n > 1 choices lists each
+// choice's reason in choice order and says the request's own (the choice
+// that finished last) in llm.finish_reason; that one labels the
+// request, in whichever order the attributes come, as the tracker's
+// metrics label it.
+func TestOwnFinishReasonWins(t *testing.T) {
+	choices := attributes.FinishReasons.StringSlice([]string{"length", "stop"})
+	own := attributes.FinishReason.String("stop")
+	for _, attrs := range [][]attribute.KeyValue{{choices, own}, {own, choices}} {
+		if s := FromAttributes("chat m", "github.com/llmtrace/llmtrace/otelstats", t0, ms(1000), attrs); s.FinishReason != "stop" {
+			t.Errorf("%v: finish reason %q, want the request's stop", attrs, s.FinishReason)
+		}
+	}
+	if s := FromAttributes("llm_request", "vllm.llm_engine", t0, ms(1000), []attribute.KeyValue{choices}); s.FinishReason != "length" {
+		t.Errorf("without llm.finish_reason: %q, want the first choice's", s.FinishReason)
+	}
+}

@@ -47,6 +47,11 @@ type Span struct {
 	// Sequences is vLLM V0's gen_ai.usage.num_sequences (0 or -1 when
 	// absent): more than one, and OutputTokens is their sum.
 	Sequences int
+
+	// ownReason: FinishReason is llmtrace's llm.finish_reason (the
+	// request's, with n > 1 the choice that finished last), which the
+	// per-choice gen_ai.response.finish_reasons must not replace.
+	ownReason bool
 }
 
 // Request is a rebuilt request: its lifecycle instants, each inside the
