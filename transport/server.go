@@ -206,9 +206,31 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Error("serving failed", "err", err)
 	case <-onlyStdin:
 	}
+	s.waitStdin(stdinDone)
 	derr := s.drain()
 	serving.Wait()
 	return errors.Join(err, derr)
+}
+
+// waitStdin gives stdin, at shutdown, what Close gives a connection: the
+// collector's DrainGrace to deliver what its producer already wrote (a
+// pipe's read ends at the grace), before the collector closes its queues —
+// what stdin read after that was dropped, when the other inputs ended the
+// run.
+func (s *Server) waitStdin(done <-chan struct{}) {
+	if s.cfg.Stdin == nil {
+		return
+	}
+	grace := s.col.cfg.DrainGrace
+	if d, ok := s.cfg.Stdin.(interface{ SetReadDeadline(time.Time) error }); ok {
+		_ = d.SetReadDeadline(time.Now().Add(grace))
+	}
+	t := time.NewTimer(grace + 100*time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // drain stops the HTTP server and closes the collector within DrainTimeout.
