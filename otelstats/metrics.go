@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/internal/textcap"
 )
 
 type instruments struct {
@@ -194,6 +195,9 @@ type modelSet struct {
 func newModelSet(models []string, limit int) *modelSet {
 	s := &modelSet{names: make(map[string]struct{}), limit: limit, fixed: len(models) > 0}
 	for _, m := range models {
+		// As an arriving name is cut and cleaned (capNames): a configured
+		// name past the cap, or not UTF-8, could never match otherwise.
+		m, _ = textcap.Clean(m, MaxModelLength)
 		s.names[m] = struct{}{}
 	}
 	return s

@@ -20,6 +20,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/internal/textcap"
 )
 
 // KeepAlive moves a request's TTL on without recording anything: a
@@ -110,6 +111,22 @@ func TestInFlightCapEvictsOldest(t *testing.T) {
 }
 
 // A flood of random model names keeps the metric series bounded.
+// TestConfiguredNamesMatchAsCut: a configured model or adapter longer than
+// the cap, or not UTF-8, matches the arriving name, which is cut and
+// cleaned the same way; it fell into "other" before.
+func TestConfiguredNamesMatchAsCut(t *testing.T) {
+	long := strings.Repeat("m", MaxModelLength+10)
+	bad := "lora-\xff"
+	h := newHarness(t, WithModels(long), WithAdapters(bad))
+	h.must(Update{RequestID: "a", Kind: KindArrived, Time: at(0), Model: long, LoRAAdapter: bad})
+	h.must(Update{RequestID: "a", Kind: KindFinished, Time: at(1), FinishReason: "stop"})
+	cut, _ := textcap.Clean(long, MaxModelLength)
+	clean, _ := textcap.Clean(bad, MaxModelLength)
+	if n := h.counter(attributes.MetricRequests, attributes.RequestModel.String(cut), attributes.LoRAAdapter.String(clean)); n != 1 {
+		t.Errorf("the configured model and adapter counted %d times under their own names, want 1", n)
+	}
+}
+
 func TestModelCardinalityBounded(t *testing.T) {
 	for _, fixed := range []bool{false, true} {
 		t.Run(fmt.Sprint("fixed=", fixed), func(t *testing.T) {
