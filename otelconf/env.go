@@ -76,6 +76,17 @@ func (s selection) target() string {
 	return s.exporter
 }
 
+// plaintext reports whether the exporter is given an http:// URL. The
+// specification has the scheme decide, and the certificate variables apply
+// to a secure connection only; the Go exporters let a CA or client
+// certificate from the environment win instead (gRPC then speaks TLS to a
+// plaintext receiver, OTLP/HTTP refuses to start), so the exporters are
+// told in code to use none.
+func (s selection) plaintext() bool {
+	u, err := url.Parse(s.override)
+	return err == nil && u.Scheme == "http"
+}
+
 func getenvOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v

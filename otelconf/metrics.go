@@ -15,6 +15,7 @@ import (
 	promexp "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/llmtrace/llmtrace/otelstats"
 )
@@ -99,6 +100,9 @@ func newMetricReader(ctx context.Context, sel selection, agg *otelstats.Aggregat
 		if sel.gzip {
 			opts = append(opts, otlpmetricgrpc.WithCompressor("gzip"))
 		}
+		if sel.plaintext() {
+			opts = append(opts, otlpmetricgrpc.WithTLSCredentials(insecure.NewCredentials()))
+		}
 		exp, err = otlpmetricgrpc.New(ctx, opts...)
 	} else {
 		var opts []otlpmetrichttp.Option
@@ -110,6 +114,9 @@ func newMetricReader(ctx context.Context, sel selection, agg *otelstats.Aggregat
 		}
 		if sel.gzip {
 			opts = append(opts, otlpmetrichttp.WithCompression(otlpmetrichttp.GzipCompression))
+		}
+		if sel.plaintext() {
+			opts = append(opts, otlpmetrichttp.WithTLSClientConfig(nil))
 		}
 		exp, err = otlpmetrichttp.New(ctx, opts...)
 	}

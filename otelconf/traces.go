@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // newSpanExporter builds the exporter sel names: OTLP here (gRPC by
@@ -47,6 +48,9 @@ func newSpanExporter(ctx context.Context, sel selection) (sdktrace.SpanExporter,
 		if sel.gzip {
 			opts = append(opts, otlptracegrpc.WithCompressor("gzip"))
 		}
+		if sel.plaintext() {
+			opts = append(opts, otlptracegrpc.WithTLSCredentials(insecure.NewCredentials()))
+		}
 		client = otlptracegrpc.NewClient(opts...)
 	} else {
 		var opts []otlptracehttp.Option
@@ -58,6 +62,9 @@ func newSpanExporter(ctx context.Context, sel selection) (sdktrace.SpanExporter,
 		}
 		if sel.gzip {
 			opts = append(opts, otlptracehttp.WithCompression(otlptracehttp.GzipCompression))
+		}
+		if sel.plaintext() {
+			opts = append(opts, otlptracehttp.WithTLSClientConfig(nil))
 		}
 		client = otlptracehttp.NewClient(opts...)
 	}

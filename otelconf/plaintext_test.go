@@ -1,0 +1,63 @@
+package otelconf
+
+import (
+	"context"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/llmtrace/llmtrace/otelstats"
+)
+
+// TestPlaintextSchemeIgnoresCertificate: an http:// endpoint is plaintext
+// (the specification: the scheme decides, and the certificate variables
+// are for a secure connection only), also with a CA or client certificate
+// set for other endpoints, as a cluster-wide OTEL_EXPORTER_OTLP_CERTIFICATE
+// is. The Go gRPC exporter let the certificate win and spoke TLS to the
+// plaintext receiver (every export failed, the hint saying to use http://,
+// which was used); the OTLP/HTTP one refused to start, so the command did
+// not either.
+func TestPlaintextSchemeIgnoresCertificate(t *testing.T) {
+	ca := testCAFile(t)
+	for _, proto := range []string{"grpc", "http/protobuf"} {
+		for _, v := range []string{"OTEL_EXPORTER_OTLP_CERTIFICATE", "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE"} {
+			t.Run(proto+"/"+v, func(t *testing.T) {
+				rec := startReceiver(t, receiverOpts{http: proto != "grpc", traces: true, metrics: true})
+				cleanEnv(t, "OTEL_EXPORTER_OTLP_ENDPOINT", rec.Endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL", proto, v, ca,
+					"OTEL_EXPORTER_OTLP_TIMEOUT", "2000")
+				errs := captureErrors(t)
+				p := setup(t, Config{})
+				tr, err := otelstats.NewTracker(p.TrackerOptions()...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				request(t, tr)
+				_ = tr.Shutdown(context.Background())
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = p.Shutdown(ctx)
+				st := p.Status()
+				if rec.spanCount() != treeSpans || st.Metrics.Exports == 0 || st.Metrics.Failures != 0 {
+					t.Errorf("%d spans reached the plaintext receiver at %s (want %d); status %s; errors %v",
+						rec.spanCount(), rec.Endpoint, treeSpans, st, errs.all())
+				}
+			})
+		}
+	}
+}
+
+// testCAFile writes a certificate (httptest's) as PEM and returns its path.
+func testCAFile(t *testing.T) string {
+	t.Helper()
+	ts := httptest.NewTLSServer(http.NotFoundHandler())
+	defer ts.Close()
+	f := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
