@@ -82,7 +82,7 @@ func (o *outputCapture) add(data []byte) {
 			continue
 		}
 		if c.FinishReason != nil {
-			ch.finish = *c.FinishReason
+			ch.finish = orKeep(ch.finish, *c.FinishReason)
 		}
 		if c.Text != nil {
 			o.write(&ch.text, *c.Text)
@@ -101,6 +101,9 @@ func (o *outputCapture) add(data []byte) {
 // message's text, its reasoning and its function calls, as one choice.
 func (o *outputCapture) addItems(raw []byte) {
 	ch := o.choice(0)
+	if ch == nil {
+		return
+	}
 	eachElement(raw, func(el json.RawMessage) {
 		var it itemJSON
 		if json.Unmarshal(el, &it) != nil {
@@ -125,26 +128,26 @@ func (o *outputCapture) addItems(raw []byte) {
 
 // addEvent reads a Responses API event's text.
 func (o *outputCapture) addEvent(typ string, delta json.RawMessage) {
-	var b *strings.Builder
-	switch typ {
-	case "response.output_text.delta":
-		b = &o.choice(0).text
-	case "response.reasoning_text.delta", "response.reasoning_summary_text.delta":
-		b = &o.choice(0).reasoning
-	default:
+	reasoning := typ == "response.reasoning_text.delta" || typ == "response.reasoning_summary_text.delta"
+	if typ != "response.output_text.delta" && !reasoning {
 		return
 	}
-	if s, ok := stringOf(delta); ok {
-		o.write(b, s)
+	s, ok := stringOf(delta)
+	ch := o.choice(0)
+	if !ok || ch == nil {
+		return
 	}
+	b := &ch.text
+	if reasoning {
+		b = &ch.reasoning
+	}
+	o.write(b, s)
 }
 
 // addMessage reads a choice's message, or a stream's delta of it, whose
 // tool calls carry their index (a whole message's calls are in order).
 func (o *outputCapture) addMessage(ch *choiceOut, d *messageJSON, delta bool) {
-	if d.Role != "" {
-		ch.role = d.Role
-	}
+	ch.role = orKeep(ch.role, d.Role)
 	if s, ok := stringOf(d.Content); ok {
 		o.write(&ch.text, s)
 	}

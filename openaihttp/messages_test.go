@@ -3,6 +3,8 @@ package openaihttp
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,6 +113,32 @@ func TestOutputCapture(t *testing.T) {
 	}
 	if got, want := marshal(t, resp.messages(), "stop"), `[{"role":"assistant","parts":[{"type":"reasoning","content":"hm"},{"type":"text","content":"Hi"}],"finish_reason":"stop"}]`; got != want {
 		t.Errorf("responses:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestOutputCaptureBounded: past the choices kept, a Responses API event
+// or output item for choice 0 is dropped, not a crash; a huge finish
+// reason or role is not kept.
+func TestOutputCaptureBounded(t *testing.T) {
+	var o outputCapture
+	var b strings.Builder
+	b.WriteString(`{"choices":[`)
+	for i := 1; i <= maxChoicesKept; i++ {
+		if i > 1 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"index":%d,"delta":{"content":"x","role":"%s"},"finish_reason":"%s"}`, i, strings.Repeat("r", 1000), strings.Repeat("f", 1000))
+	}
+	b.WriteString(`]}`)
+	o.add([]byte(b.String()))
+	o.add([]byte(`{"type":"response.output_text.delta","delta":"hi"}`))
+	o.addItems([]byte(`[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"hi"}]}]`))
+	msgs := o.messages()
+	if len(msgs) != maxChoicesKept {
+		t.Fatalf("%d messages, want %d", len(msgs), maxChoicesKept)
+	}
+	if m := msgs[0]; len(m.Role) > maxNameLen || len(m.FinishReason) > maxNameLen {
+		t.Errorf("role of %d bytes, finish reason of %d kept", len(m.Role), len(m.FinishReason))
 	}
 }
 
