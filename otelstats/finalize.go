@@ -129,7 +129,10 @@ func (t *Tracker) finalize(r *reqState, override string) {
 
 // materialize computes RequestStats (SPEC §2, §7–9) from r.
 func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
-	end := r.endNs()
+	// The root ends no earlier than it starts (spans.Build clamps it):
+	// skew can put an engine's FINISHED, which may end the request, before
+	// the frontend's ARRIVED, and finished_time must be the root's end.
+	end := max(r.endNs(), r.arrived)
 	reason, errType := r.outcome(override)
 	*s = RequestStats{
 		RequestID:                r.id,
