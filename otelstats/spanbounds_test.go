@@ -61,3 +61,45 @@ func TestStatsInstantsAreRootBounds(t *testing.T) {
 		})
 	}
 }
+
+// TestPreemptedTimeZero: a request preempted and resumed at the same
+// instant (two updates with one timestamp) spent 0 s preempted; the root
+// says so, as preempted_duration_s does, rather than leaving out the value
+// of a preemption that happened (SPEC §2: absent only when its instants
+// never happened). A request never preempted has no such attribute.
+func TestPreemptedTimeZero(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		ops     []Update
+		present bool
+	}{
+		{"resumed at once", []Update{
+			arrived("r", 0, "m", "chat"),
+			queued("r", 1),
+			prefilling("r", 2, 5, 0),
+			decoding("r", 3, 1),
+			preempted("r", 4),
+			prefilling("r", 4, 6, 0),
+			decoding("r", 5, 1),
+			enFinished("r", 6, "stop"),
+		}, true},
+		{"never preempted", []Update{
+			arrived("r", 0, "m", "chat"),
+			queued("r", 1),
+			prefilling("r", 2, 5, 0),
+			decoding("r", 3, 1),
+			enFinished("r", 6, "stop"),
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.feed(tc.ops)
+			s := h.statsOf("r")
+			root, _ := h.treeOf(s)
+			v, ok := attrOf(root.Attributes(), attributes.PreemptedTime)
+			if ok != tc.present || ok && v.AsFloat64() != 0 {
+				t.Errorf("root %s = %v (present %v), want present %v, 0", attributes.PreemptedTime, v.AsFloat64(), ok, tc.present)
+			}
+		})
+	}
+}

@@ -283,7 +283,9 @@ func appendLatencies(a []attribute.KeyValue, s *RequestStats) []attribute.KeyVal
 			a = append(a, l.k.Float64(l.v.Value.Seconds()))
 		}
 	}
-	if s.PreemptedDuration > 0 {
+	if s.NumPreemptions > 0 {
+		// A preemption resumed at once (or clamped away by skew) took 0 s:
+		// a value, not an absent one.
 		a = append(a, attributes.PreemptedTime.Float64(s.PreemptedDuration.Seconds()))
 	}
 	return a
