@@ -56,6 +56,9 @@ type selection struct {
 	// reads itself: Config.TracesEndpoint, or the specification's default
 	// endpoint when no endpoint variable is set.
 	override string
+	// plaintext is a connection without TLS whatever the certificate
+	// variables say (isPlaintext).
+	plaintext bool
 	// sdkObservability is OTEL_GO_X_OBSERVABILITY=true: the SDK's
 	// exporters count what they send, which only their own encoding can.
 	sdkObservability bool
@@ -76,15 +79,24 @@ func (s selection) target() string {
 	return s.exporter
 }
 
-// plaintext reports whether the exporter is given an http:// URL. The
-// specification has the scheme decide, and the certificate variables apply
-// to a secure connection only; the Go exporters let a CA or client
-// certificate from the environment win instead (gRPC then speaks TLS to a
-// plaintext receiver, OTLP/HTTP refuses to start), so the exporters are
-// told in code to use none.
-func (s selection) plaintext() bool {
-	u, err := url.Parse(s.override)
-	return err == nil && u.Scheme == "http"
+// isPlaintext reports whether the exporter's connection is plaintext, as
+// the specification has it: an http:// URL, or a gRPC target without a
+// scheme and OTEL_EXPORTER_OTLP_INSECURE (or the per-signal one) true. The
+// certificate variables apply to a secure connection only, but the Go
+// exporters let a CA or client certificate from the environment win (gRPC
+// then speaks TLS to a plaintext receiver, OTLP/HTTP refuses to start), so
+// the exporters are told in code to use none.
+func (s selection) isPlaintext() bool {
+	if s.override != "" {
+		u, err := url.Parse(s.override)
+		return err == nil && u.Scheme == "http"
+	}
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + s.suffix + "_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"} {
+		if v := getenvTrim(k); v != "" {
+			return strings.EqualFold(v, "true") // as the exporters read it
+		}
+	}
+	return false
 }
 
 func getenvOr(k, def string) string {
@@ -149,6 +161,7 @@ func selectSignal(signal, override string) (selection, error) {
 			return s, err
 		}
 		s.endpoint = s.override
+		s.plaintext = s.isPlaintext()
 		return s, nil
 	}
 	if err := checkEndpoints(s.suffix, s.protocol); err != nil {
@@ -167,6 +180,7 @@ func selectSignal(signal, override string) (selection, error) {
 		// the variables; WithEndpointURL changes nothing else.
 		s.override = s.endpoint
 	}
+	s.plaintext = s.isPlaintext()
 	return s, nil
 }
 

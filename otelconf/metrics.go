@@ -100,7 +100,7 @@ func newMetricReader(ctx context.Context, sel selection, agg *otelstats.Aggregat
 		if sel.gzip {
 			opts = append(opts, otlpmetricgrpc.WithCompressor("gzip"))
 		}
-		if sel.plaintext() {
+		if sel.plaintext {
 			opts = append(opts, otlpmetricgrpc.WithTLSCredentials(insecure.NewCredentials()))
 		}
 		exp, err = otlpmetricgrpc.New(ctx, opts...)
@@ -115,7 +115,7 @@ func newMetricReader(ctx context.Context, sel selection, agg *otelstats.Aggregat
 		if sel.gzip {
 			opts = append(opts, otlpmetrichttp.WithCompression(otlpmetrichttp.GzipCompression))
 		}
-		if sel.plaintext() {
+		if sel.plaintext {
 			opts = append(opts, otlpmetrichttp.WithTLSClientConfig(nil))
 		}
 		exp, err = otlpmetrichttp.New(ctx, opts...)

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,43 @@ func TestPlaintextSchemeIgnoresCertificate(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestInsecureIgnoresCertificate: a gRPC target without a scheme
+// (localhost:4317) with OTEL_EXPORTER_OTLP_INSECURE=true, or its per-signal
+// form, is plaintext, as the specification defines the variable, also with
+// a certificate variable set: the Go gRPC exporter let the certificate win
+// and spoke TLS to the plaintext receiver.
+func TestInsecureIgnoresCertificate(t *testing.T) {
+	ca := testCAFile(t)
+	for _, tc := range []struct {
+		name string
+		env  []string
+	}{
+		{"general", []string{"OTEL_EXPORTER_OTLP_INSECURE", "true", "OTEL_EXPORTER_OTLP_CERTIFICATE", ca}},
+		{"per signal", []string{"OTEL_EXPORTER_OTLP_TRACES_INSECURE", "TRUE", "OTEL_EXPORTER_OTLP_INSECURE", "false", "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", ca}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := startReceiver(t, receiverOpts{traces: true})
+			target := "localhost:" + rec.Endpoint[strings.LastIndex(rec.Endpoint, ":")+1:]
+			cleanEnv(t, append([]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", target, "OTEL_EXPORTER_OTLP_TIMEOUT", "2000"}, tc.env...)...)
+			errs := captureErrors(t)
+			p := setup(t, Config{})
+			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			request(t, tr)
+			_ = tr.Shutdown(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = p.Shutdown(ctx)
+			if rec.spanCount() != treeSpans {
+				t.Errorf("%d spans reached the plaintext receiver at %s (want %d); status %s; errors %v",
+					rec.spanCount(), target, treeSpans, p.Status(), errs.all())
+			}
+		})
 	}
 }
 

@@ -48,7 +48,7 @@ func newSpanExporter(ctx context.Context, sel selection) (sdktrace.SpanExporter,
 		if sel.gzip {
 			opts = append(opts, otlptracegrpc.WithCompressor("gzip"))
 		}
-		if sel.plaintext() {
+		if sel.plaintext {
 			opts = append(opts, otlptracegrpc.WithTLSCredentials(insecure.NewCredentials()))
 		}
 		client = otlptracegrpc.NewClient(opts...)
@@ -63,7 +63,7 @@ func newSpanExporter(ctx context.Context, sel selection) (sdktrace.SpanExporter,
 		if sel.gzip {
 			opts = append(opts, otlptracehttp.WithCompression(otlptracehttp.GzipCompression))
 		}
-		if sel.plaintext() {
+		if sel.plaintext {
 			opts = append(opts, otlptracehttp.WithTLSClientConfig(nil))
 		}
 		client = otlptracehttp.NewClient(opts...)
