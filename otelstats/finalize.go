@@ -558,11 +558,19 @@ func appendSampling(a []attribute.KeyValue, p *SamplingParams) []attribute.KeyVa
 }
 
 // SpanContext returns the span context the root span of a request gets.
+// It carries the caller's tracestate on, as the exported root does: W3C
+// Trace Context has every participant propagate it, and the vendors'
+// entries in it are lost downstream otherwise.
 func spanContextOf(r *reqState) trace.SpanContext {
+	var ts trace.TraceState
+	if r.hasParent {
+		ts = r.extra.parent.TraceState()
+	}
 	return trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID:    r.traceID,
 		SpanID:     r.spanID,
 		TraceFlags: r.parentFlags | headFlags(r.headDropped),
+		TraceState: ts,
 	})
 }
 

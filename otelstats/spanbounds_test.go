@@ -1,7 +1,10 @@
 package otelstats
 
 import (
+	"context"
 	"testing"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
 )
@@ -101,5 +104,51 @@ func TestPreemptedTimeZero(t *testing.T) {
 				t.Errorf("root %s = %v (present %v), want present %v, 0", attributes.PreemptedTime, v.AsFloat64(), ok, tc.present)
 			}
 		})
+	}
+}
+
+// TestIncomingTraceContextKept: a request arriving with a W3C traceparent
+// and tracestate is a child of the caller's span in the caller's trace,
+// and the span context it hands out at arrival (Request.SpanContext,
+// Request.Context, what outgoing calls propagate) carries the caller's
+// tracestate on, as the W3C Trace Context requires of every participant
+// and as the exported root's span context does.
+func TestIncomingTraceContextKept(t *testing.T) {
+	ts, err := trace.ParseTraceState("vendor=abc,other=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID:    trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:     trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7},
+		TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true,
+	})
+	h := newHarness(t)
+	q, err := h.tr.Arrive(trace.ContextWithRemoteSpanContext(context.Background(), parent), "r", Arrival{Time: at(0), Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := q.SpanContext()
+	if sc.TraceID() != parent.TraceID() {
+		t.Errorf("handed-out trace id %s, want the caller's %s", sc.TraceID(), parent.TraceID())
+	}
+	if got := sc.TraceState().String(); got != ts.String() {
+		t.Errorf("handed-out tracestate %q, want %q", got, ts.String())
+	}
+	if got := trace.SpanContextFromContext(q.Context(context.Background())).TraceState().String(); got != ts.String() {
+		t.Errorf("Request.Context's tracestate %q, want %q", got, ts.String())
+	}
+	h.feed([]Update{feFinished("r", 5, "stop")})
+	s := h.statsOf("r")
+	root, _ := h.treeOf(s)
+	if root.SpanContext().TraceID() != parent.TraceID() || root.Parent().SpanID() != parent.SpanID() {
+		t.Errorf("root %s/%s, parent %s; want trace %s, parent %s", root.SpanContext().TraceID(), root.SpanContext().SpanID(),
+			root.Parent().SpanID(), parent.TraceID(), parent.SpanID())
+	}
+	if root.SpanContext().SpanID() != sc.SpanID() {
+		t.Errorf("root span id %s, handed out %s", root.SpanContext().SpanID(), sc.SpanID())
+	}
+	if got := root.SpanContext().TraceState().String(); got != ts.String() {
+		t.Errorf("root tracestate %q, want %q", got, ts.String())
 	}
 }

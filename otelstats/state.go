@@ -239,7 +239,11 @@ type reqState struct {
 	// parentFlags are the parent's trace flags but sampled (the W3C
 	// random flag goes on down the trace), fixed at arrival.
 	parentFlags trace.TraceFlags
-	pdRole      pdRole // SPEC §7, from ARRIVED or WithPDRole
+	// hasParent: the request arrived with a parent, kept in extra (set
+	// then and never after), so spanContextOf reads its tracestate
+	// without the lock.
+	hasParent bool
+	pdRole    pdRole // SPEC §7, from ARRIVED or WithPDRole
 	// pending says extra.pending holds deliveries: the per-token path
 	// reads this byte, not the extra pointer's cache line.
 	pending bool

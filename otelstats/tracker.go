@@ -574,6 +574,7 @@ func (t *Tracker) newRequest(u *Update, ns int64, parent trace.SpanContext, a *A
 		r.ext().parent = parent
 		r.traceID = parent.TraceID()
 		r.parentFlags = parent.TraceFlags().WithSampled(false)
+		r.hasParent = true
 	case a != nil && a.TraceID.IsValid():
 		r.traceID = a.TraceID
 	default:
