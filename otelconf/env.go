@@ -154,6 +154,7 @@ func selectSignal(signal, override string) (selection, error) {
 	if s.protocol, err = otlpProtocol(s.suffix); err != nil {
 		return s, err
 	}
+	checkInsecure(s.suffix)
 	s.timeout, s.timeoutSet = otlpTimeout(s.suffix)
 	s.gzip = otlpCompression(s.suffix)
 	if override != "" {
@@ -294,6 +295,18 @@ func otlpTimeout(suffix string) (d time.Duration, set bool) {
 		return defaultOTLPTimeout, true
 	}
 	return 0, false
+}
+
+// checkInsecure warns about an OTEL_EXPORTER_OTLP_INSECURE (or per-signal)
+// value neither true nor false, as the specification wants for a boolean:
+// the exporters read it as false without a word, so a 1 or yes meant to
+// turn TLS off leaves it on.
+func checkInsecure(suffix string) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + suffix + "_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"} {
+		if v := getenvTrim(k); v != "" && !strings.EqualFold(v, "true") && !strings.EqualFold(v, "false") {
+			otel.Handle(fmt.Errorf("otelconf: %s=%q is neither true nor false; read as false (TLS, for a target without http://)", k, v))
+		}
+	}
 }
 
 // otlpCompression reads the per-signal compression variable, else the

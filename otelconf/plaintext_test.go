@@ -99,3 +99,28 @@ func testCAFile(t *testing.T) string {
 	}
 	return f
 }
+
+// TestInsecureNotBoolean: an OTEL_EXPORTER_OTLP_INSECURE value neither true
+// nor false (1, yes) is warned about, as the specification wants for a
+// boolean: the exporters read it as false without a word, so a 1 meant to
+// turn TLS off left it on, and every export to the plaintext collector
+// failed.
+func TestInsecureNotBoolean(t *testing.T) {
+	for _, tc := range []struct {
+		env    []string
+		warned string
+	}{
+		{[]string{"OTEL_EXPORTER_OTLP_INSECURE", "True"}, ""},
+		{[]string{"OTEL_EXPORTER_OTLP_INSECURE", "false"}, ""},
+		{[]string{"OTEL_EXPORTER_OTLP_INSECURE", "1"}, "OTEL_EXPORTER_OTLP_INSECURE"},
+		{[]string{"OTEL_EXPORTER_OTLP_TRACES_INSECURE", "yes"}, "OTEL_EXPORTER_OTLP_TRACES_INSECURE"},
+	} {
+		t.Run(strings.Join(tc.env, "="), func(t *testing.T) {
+			_, errs := selectTraces(t, tc.env...)
+			all := errs.all()
+			if tc.warned == "" && len(all) > 0 || tc.warned != "" && (len(all) != 1 || !strings.Contains(all[0].Error(), tc.warned)) {
+				t.Errorf("warnings %v; want one naming %q", all, tc.warned)
+			}
+		})
+	}
+}
