@@ -155,6 +155,7 @@ func selectSignal(signal, override string) (selection, error) {
 		return s, err
 	}
 	checkInsecure(s.suffix)
+	checkClientCert(s.suffix)
 	s.timeout, s.timeoutSet = otlpTimeout(s.suffix)
 	s.gzip = otlpCompression(s.suffix)
 	if override != "" {
@@ -305,6 +306,22 @@ func checkInsecure(suffix string) {
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + suffix + "_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"} {
 		if v := getenvTrim(k); v != "" && !strings.EqualFold(v, "true") && !strings.EqualFold(v, "false") {
 			otel.Handle(fmt.Errorf("otelconf: %s=%q is neither true nor false; read as false (TLS, for a target without http://)", k, v))
+		}
+	}
+}
+
+// checkClientCert warns about a client certificate variable set without
+// its key, or the reverse: the exporters read a pair only when both are
+// set and ignore it otherwise, without a word, so an mTLS backend refuses
+// every export at the handshake.
+func checkClientCert(suffix string) {
+	for _, p := range []string{"OTEL_EXPORTER_OTLP_" + suffix + "_", "OTEL_EXPORTER_OTLP_"} {
+		set, unset := p+"CLIENT_CERTIFICATE", p+"CLIENT_KEY"
+		if getenvTrim(set) == "" {
+			set, unset = unset, set
+		}
+		if getenvTrim(set) != "" && getenvTrim(unset) == "" {
+			otel.Handle(fmt.Errorf("otelconf: %s is set but %s is not: the exporters ignore both, and send no client certificate from them", set, unset))
 		}
 	}
 }

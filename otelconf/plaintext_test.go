@@ -124,3 +124,31 @@ func TestInsecureNotBoolean(t *testing.T) {
 		})
 	}
 }
+
+// TestClientCertificateHalfSet: a client certificate without its key (or a
+// key without its certificate), in the general variables or a signal's, is
+// warned about: the Go exporters send no client certificate then, without
+// a word, and an mTLS backend refuses every export at the handshake.
+func TestClientCertificateHalfSet(t *testing.T) {
+	for _, tc := range []struct {
+		env    []string
+		warned string
+	}{
+		{[]string{"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "c.pem", "OTEL_EXPORTER_OTLP_CLIENT_KEY", "k.pem"}, ""},
+		{[]string{"OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "c.pem", "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "k.pem"}, ""},
+		{[]string{"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "c.pem"}, "OTEL_EXPORTER_OTLP_CLIENT_KEY"},
+		{[]string{"OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "k.pem"}, "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE"},
+	} {
+		t.Run(strings.Join(tc.env, "="), func(t *testing.T) {
+			for _, k := range []string{"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+				"OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY"} {
+				t.Setenv(k, "")
+			}
+			_, errs := selectTraces(t, tc.env...)
+			all := errs.all()
+			if tc.warned == "" && len(all) > 0 || tc.warned != "" && (len(all) != 1 || !strings.Contains(all[0].Error(), tc.warned)) {
+				t.Errorf("warnings %v; want one naming %q", all, tc.warned)
+			}
+		})
+	}
+}
