@@ -80,8 +80,12 @@ func spDecode(s, e float64, tokens, segment int) wantSpan {
 		attributes.DecodeOutputTokens.Int(tokens), attributes.DecodeSegment.Int(segment)}}
 }
 func spDetok(s, e float64, busySeconds float64, deliveries int) wantSpan {
-	return wantSpan{name: attributes.SpanDetokenize, start: s, end: e, attrs: []attribute.KeyValue{
-		attributes.DetokenizeBusyTime.Float64(busySeconds), attributes.DetokenizeDeliveries.Int(deliveries)}}
+	w := wantSpan{name: attributes.SpanDetokenize, start: s, end: e, attrs: []attribute.KeyValue{
+		attributes.DetokenizeDeliveries.Int(deliveries)}}
+	if busySeconds > 0 { // else none reported: absent (TestDetokenizeBusyTimeReported)
+		w.attrs = append(w.attrs, attributes.DetokenizeBusyTime.Float64(busySeconds))
+	}
+	return w
 }
 
 func f64(v float64) *float64 { return &v }

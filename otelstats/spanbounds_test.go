@@ -3,7 +3,10 @@ package otelstats
 import (
 	"context"
 	"testing"
+	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
@@ -150,5 +153,58 @@ func TestIncomingTraceContextKept(t *testing.T) {
 	}
 	if got := root.SpanContext().TraceState().String(); got != ts.String() {
 		t.Errorf("root tracestate %q, want %q", got, ts.String())
+	}
+}
+
+// TestDetokenizeBusyTimeReported: llm.detokenize.busy_time sums the busy
+// durations the frontend reported, in seconds; a frontend that reports
+// none (vLLM's API server does not measure it, an HTTP observer cannot)
+// leaves it absent, not a measured 0 s (SPEC §2: a value nobody saw is
+// absent, never zero).
+func TestDetokenizeBusyTimeReported(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		busy  []time.Duration // per delivery
+		want  float64         // seconds
+		valid bool
+	}{
+		{"every delivery", []time.Duration{500 * us, 250 * us, 250 * us}, 0.001, true},
+		{"some deliveries", []time.Duration{0, 750 * us, 0}, 0.00075, true},
+		{"none reported", []time.Duration{0, 0, 0}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.feed([]Update{
+				arrived("r", 0, "m", "chat"),
+				inputProcessed("r", 1, 4),
+				queued("r", 2),
+				prefilling("r", 3, 4, 0),
+				decoding("r", 10, 1),
+				detok("r", 11, 1, tc.busy[0]),
+				decoding("r", 20, 1),
+				detok("r", 21, 1, tc.busy[1]),
+				decoding("r", 30, 1),
+				detok("r", 31, 1, tc.busy[2]),
+				enFinished("r", 30, "stop"),
+				feFinished("r", 32, "stop"),
+			})
+			_, kids := h.treeOf(h.statsOf("r"))
+			var d sdktrace.ReadOnlySpan
+			for _, k := range kids {
+				if k.Name() == attributes.SpanDetokenize {
+					d = k
+				}
+			}
+			if d == nil {
+				t.Fatal("no llm.detokenize span")
+			}
+			approx(t, "detokenize start (ms)", msSince(d.StartTime()), 11)
+			approx(t, "detokenize end (ms)", msSince(d.EndTime()), 31)
+			checkAttrs(t, "detokenize", d.Attributes(), []attribute.KeyValue{attributes.DetokenizeDeliveries.Int(3)})
+			v, ok := attrOf(d.Attributes(), attributes.DetokenizeBusyTime)
+			if ok != tc.valid || ok && (v.Type() != attribute.FLOAT64 || v.AsFloat64() != tc.want) {
+				t.Errorf("busy_time = %s (present %v), want %v (present %v)", v.String(), ok, tc.want, tc.valid)
+			}
+		})
 	}
 }

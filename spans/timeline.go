@@ -112,6 +112,8 @@ type ChunkEvent struct {
 // Detokenize bounds the frontend's deliveries.
 type Detokenize struct {
 	First, Last int64
-	Busy        time.Duration
-	Deliveries  int
+	// Busy sums the busy times the deliveries reported; 0: none did, and
+	// the span has no llm.detokenize.busy_time.
+	Busy       time.Duration
+	Deliveries int
 }

@@ -86,10 +86,12 @@ func Build(tl *Timeline, dst *Tree) {
 	}
 	if d := tl.Detokenize; d != nil {
 		s := b.child(attributes.SpanDetokenize, d.First, d.Last)
-		s.Attrs = append(s.Attrs,
-			attributes.DetokenizeBusyTime.Float64(d.Busy.Seconds()),
-			attributes.DetokenizeDeliveries.Int(d.Deliveries),
-		)
+		s.Attrs = append(s.Attrs, attributes.DetokenizeDeliveries.Int(d.Deliveries))
+		if d.Busy > 0 {
+			// Only a frontend that measured it reports it: 0 s would
+			// claim a measurement nobody made (SPEC §2).
+			s.Attrs = append(s.Attrs, attributes.DetokenizeBusyTime.Float64(d.Busy.Seconds()))
+		}
 	}
 }
 
