@@ -428,6 +428,22 @@ func exponentialHistograms() bool {
 	return strings.EqualFold(strings.TrimSpace(v), "base2_exponential_bucket_histogram")
 }
 
+// deltaTemporality reports whether the OTLP metric exporter is asked for
+// delta temporality (lowmemory is delta for counters and histograms). The
+// Aggregator's counters and histograms are cumulative only, so Setup then
+// leaves it out, as for exponential histograms: the tracker's metrics
+// follow the preference through the SDK's instruments, at their cost,
+// rather than arrive cumulative among delta ones, which a delta-only
+// backend refuses.
+func deltaTemporality() bool {
+	v := os.Getenv("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE")
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "delta", "lowmemory":
+		return true
+	}
+	return false
+}
+
 // checkProducers refuses OTEL_METRICS_PRODUCERS: autoexport would put its
 // producers in the place of the Aggregator, whose latency histograms would
 // then be missing from every reader.

@@ -90,7 +90,7 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 	if p.tracker, err = trackerOptions(); err != nil {
 		return nil, err
 	}
-	if p.Aggregator == nil && len(c.Readers) == 0 && !exponentialHistograms() {
+	if p.Aggregator == nil && len(c.Readers) == 0 && !exponentialHistograms() && !deltaTemporality() {
 		p.Aggregator = otelstats.NewAggregator()
 	}
 	var tsel, msel selection
