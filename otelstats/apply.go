@@ -365,7 +365,7 @@ func (t *Tracker) decoded(r *reqState, n int, ns, step int64, batch int32) int64
 	r.enLast = ns
 	if r.detail >= DetailSteps {
 		if x := r.ext(); len(x.steps) < maxDetailRecords {
-			x.steps = append(x.steps, stepRec{time: ns, index: step, batch: batch})
+			x.steps = append(x.steps, stepRec{time: ns, index: step, batch: batch, run: int32(len(r.runs) - 1)})
 		}
 	}
 	// Tokens the frontend's deliveries already counted are not counted

@@ -208,3 +208,40 @@ func TestDetokenizeBusyTimeReported(t *testing.T) {
 		})
 	}
 }
+
+// TestStepsFollowTheirRun: at DetailTokens each decode segment's step
+// events and token offsets are its own run's DECODINGs, also when a run is
+// preempted and resumed at the instant of its last step (two updates with
+// one timestamp): the step belongs to the run that made its token, as the
+// segment's llm.decode.output_tokens counts it, not to the run that began
+// at the same instant.
+func TestStepsFollowTheirRun(t *testing.T) {
+	h := newHarness(t, WithDetail(DetailTokens))
+	h.feed([]Update{
+		arrived("r", 0, "m", "chat"),
+		queued("r", 1),
+		prefilling("r", 2, 4, 0),
+		decoding("r", 3, 1),
+		decoding("r", 5, 1),
+		preempted("r", 5),
+		prefilling("r", 5, 6, 0),
+		decoding("r", 7, 1),
+		enFinished("r", 8, "stop"),
+	})
+	_, kids := h.treeOf(h.statsOf("r"))
+	var segs [][]int64
+	for _, k := range kids {
+		if k.Name() != attributes.SpanDecode {
+			continue
+		}
+		n, _ := attrOf(k.Attributes(), attributes.DecodeOutputTokens)
+		offs, _ := attrOf(k.Attributes(), attributes.DecodeTokenOffsets)
+		if len(k.Events()) != int(n.AsInt64()) || len(offs.AsInt64Slice()) != int(n.AsInt64()) {
+			t.Errorf("segment at %v ms: %d tokens, %d step events, offsets %v", msSince(k.StartTime()), n.AsInt64(), len(k.Events()), offs.AsInt64Slice())
+		}
+		segs = append(segs, offs.AsInt64Slice())
+	}
+	if len(segs) != 2 || len(segs[0]) != 2 || segs[0][1] != 2000 || len(segs[1]) != 1 || segs[1][0] != 0 {
+		t.Errorf("token offsets (µs) per segment %v, want [[0 2000] [0]]", segs)
+	}
+}

@@ -201,6 +201,9 @@ type stepRec struct {
 	time  int64
 	index int64
 	batch int32
+	// run is the run the step decoded in: a run preempted and resumed at
+	// the instant of its last step shares that time with the next run.
+	run int32
 }
 
 // reqState is one in-flight request. Its own mutex guards it, so the engine

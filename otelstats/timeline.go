@@ -125,13 +125,8 @@ func (t *Tracker) timelineRun(r *reqState, i int, tb *treeBuf) (spans.Run, bool)
 // when no frontend delivered tokens, its token times from those steps
 // (placeDeliveries places the frontend's).
 func (r *reqState) runDetail(i int, run *spans.Run) {
-	x := r.extra
-	lo, hi := r.runs[i].start, int64(math.MaxInt64)
-	if i+1 < len(r.runs) {
-		hi = r.runs[i+1].start
-	}
-	for _, st := range x.steps {
-		if st.time >= lo && st.time < hi {
+	for _, st := range r.extra.steps {
+		if int(st.run) == i {
 			run.Steps = append(run.Steps, spans.StepEvent{Time: st.time, Index: st.index, BatchSize: int(st.batch)})
 		}
 	}
