@@ -72,9 +72,7 @@ func (s selection) target() string {
 	case "console":
 		return "stdout (console)"
 	case "prometheus":
-		host := getenvOr("OTEL_EXPORTER_PROMETHEUS_HOST", "localhost")
-		port := getenvOr("OTEL_EXPORTER_PROMETHEUS_PORT", "9464")
-		return "http://" + net.JoinHostPort(host, port) + "/metrics (prometheus)"
+		return "http://" + prometheusAddr() + "/metrics (prometheus)"
 	}
 	return s.exporter
 }
@@ -97,6 +95,24 @@ func (s selection) isPlaintext() bool {
 		}
 	}
 	return false
+}
+
+// prometheusAddr is the address autoexport's Prometheus exporter listens
+// on: host and port joined with a colon, as it joins them (an IPv6 host
+// must come in brackets: checkPrometheusHost).
+func prometheusAddr() string {
+	return getenvOr("OTEL_EXPORTER_PROMETHEUS_HOST", "localhost") + ":" + getenvOr("OTEL_EXPORTER_PROMETHEUS_PORT", "9464")
+}
+
+// checkPrometheusHost refuses an IPv6 OTEL_EXPORTER_PROMETHEUS_HOST
+// without brackets (::1): autoexport joins it to the port with a colon,
+// and the listen fails on "too many colons", blamed on the exporter name.
+func checkPrometheusHost() error {
+	const k = "OTEL_EXPORTER_PROMETHEUS_HOST"
+	if v := os.Getenv(k); strings.Contains(v, ":") && !strings.HasPrefix(v, "[") {
+		return &ConfigError{Name: k, Value: v, Reason: "write [" + v + "]: autoexport joins host and port with a colon, so an IPv6 address needs its brackets"}
+	}
+	return nil
 }
 
 func getenvOr(k, def string) string {
@@ -144,6 +160,11 @@ func selectSignal(signal, override string) (selection, error) {
 	if !strings.EqualFold(name, "otlp") {
 		if err := exactExporterName(key, signal); err != nil {
 			return s, err
+		}
+		if name == "prometheus" && signal == "metrics" {
+			if err := checkPrometheusHost(); err != nil {
+				return s, err
+			}
 		}
 		s.exporter = name
 		return s, nil
