@@ -169,7 +169,9 @@ func (t *Tracker) materialize(r *reqState, override string, s *RequestStats) {
 	first := r.tokens(s)
 	r.latencies(s, end, first)
 	s.PreemptedDuration = time.Duration(r.preempted(end))
-	if t.cfg.tokenLatencies {
+	if t.cfg.tokenLatencies && first != 0 {
+		// Without a token time there are no gaps to tell: absent, as TTFT
+		// is (SPEC §2), not an empty list.
 		s.OutputTokenLatencies = r.tokenLatencies()
 	}
 	if r.extra != nil {

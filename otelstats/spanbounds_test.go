@@ -2,6 +2,7 @@ package otelstats
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -243,5 +244,51 @@ func TestStepsFollowTheirRun(t *testing.T) {
 	}
 	if len(segs) != 2 || len(segs[0]) != 2 || segs[0][1] != 2000 || len(segs[1]) != 1 || segs[1][0] != 0 {
 		t.Errorf("token offsets (µs) per segment %v, want [[0 2000] [0]]", segs)
+	}
+}
+
+// TestTokenLatenciesAbsentWithoutTokenTimes: output_token_latencies_s is
+// absent when no token has a time — a response delivered in one piece, a
+// request aborted before its first token — as TTFT and TPOT are (SPEC §2);
+// a request whose one token has a time has an empty list: no gap.
+func TestTokenLatenciesAbsentWithoutTokenTimes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ops  []Update
+		want []time.Duration // nil: absent
+	}{
+		{"one piece", []Update{
+			arrived("r", 0, "m", "chat"),
+			{RequestID: "r", Kind: KindFinished, Side: SideFrontend, Time: at(9), FinishReason: "stop", NumOutputTokens: 7},
+		}, nil},
+		{"aborted while queued", []Update{
+			arrived("r", 0, "m", "chat"),
+			queued("r", 1),
+			enFinished("r", 3, "abort"),
+		}, nil},
+		{"one token", []Update{
+			arrived("r", 0, "m", "chat"),
+			detok("r", 4, 1, 0),
+			feFinished("r", 5, "stop"),
+		}, []time.Duration{}},
+		{"two tokens", []Update{
+			arrived("r", 0, "m", "chat"),
+			detok("r", 4, 1, 0),
+			detok("r", 6, 1, 0),
+			feFinished("r", 7, "stop"),
+		}, []time.Duration{2 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.feed(tc.ops)
+			s := h.statsOf("r")
+			got := s.OutputTokenLatencies
+			if (got == nil) != (tc.want == nil) || len(got) != len(tc.want) || len(got) > 0 && got[0] != tc.want[0] {
+				t.Errorf("output_token_latencies = %#v, want %#v", got, tc.want)
+			}
+			if has := strings.Contains(string(s.AppendJSON(nil)), "output_token_latencies_s"); has != (tc.want != nil) {
+				t.Errorf("JSON has output_token_latencies_s: %v: %s", has, s.AppendJSON(nil))
+			}
+		})
 	}
 }

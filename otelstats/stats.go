@@ -68,7 +68,8 @@ type RequestStats struct {
 	// each wait clamped into the request as its llm.queue span is.
 	PreemptedDuration time.Duration
 	// OutputTokenLatencies are the gaps between successive token-bearing
-	// deliveries, one per delivery; kept only with WithTokenLatencies.
+	// deliveries, one per delivery; kept only with WithTokenLatencies, nil
+	// when no token has a time (empty for one token).
 	OutputTokenLatencies []time.Duration
 
 	NumPromptTokens Count
