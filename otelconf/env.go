@@ -476,8 +476,9 @@ func checkProducers() error {
 	return nil
 }
 
-// trackerOptions reads the tracker's configuration from the environment.
-func trackerOptions() ([]otelstats.Option, error) {
+// trackerOptions reads the tracker's configuration from the environment;
+// disabled is OTEL_SDK_DISABLED=true.
+func trackerOptions(disabled bool) ([]otelstats.Option, error) {
 	var opts []otelstats.Option
 	if v := strings.TrimSpace(os.Getenv(EnvSampling)); v != "" {
 		pol, err := otelstats.ParseSamplingPolicy(v)
@@ -486,7 +487,7 @@ func trackerOptions() ([]otelstats.Option, error) {
 		}
 		opts = append(opts, otelstats.WithSampling(pol))
 	}
-	head, err := headSampler()
+	head, err := headSampler(disabled)
 	if err != nil {
 		return nil, err
 	}

@@ -14,8 +14,14 @@ import (
 // nil when they leave the SDK's default, which keeps every trace the
 // tracker's own rules keep. Where the SDK logs a value it cannot use and
 // samples everything instead, this is a ConfigError naming the variable:
-// a mistyped ratio should not quietly trace every request.
-func headSampler() (sdktrace.Sampler, error) {
+// a mistyped ratio should not quietly trace every request. With
+// OTEL_SDK_DISABLED=true (disabled) the variables are not read, as the
+// endpoints are not: the SDK is off whatever they say, and a sampler only
+// other services' SDKs have (jaeger_remote) must not fail the start.
+func headSampler(disabled bool) (sdktrace.Sampler, error) {
+	if disabled {
+		return nil, nil
+	}
 	name := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")))
 	arg := strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER_ARG"))
 	switch name {

@@ -87,7 +87,7 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 		return nil, err
 	}
 	p := &Providers{resource: res, Aggregator: c.Aggregator, disabled: sdkDisabled()}
-	if p.tracker, err = trackerOptions(); err != nil {
+	if p.tracker, err = trackerOptions(p.disabled); err != nil {
 		return nil, err
 	}
 	if p.Aggregator == nil && len(c.Readers) == 0 && !exponentialHistograms() && !deltaTemporality() {
