@@ -239,20 +239,24 @@ func exactExporterName(key, signal string) error {
 // read collector:4318 as a URL of scheme "collector" and no host, and send
 // nowhere. (For gRPC, collector:4317 is a target grpc-go takes, over TLS
 // unless OTEL_EXPORTER_OTLP_INSECURE=true, as the specification allows.)
+// Only the variable the signal uses is checked: a per-signal endpoint
+// replaces the general one, which may be another signal's gRPC target.
 func checkEndpoints(suffix, protocol string) error {
 	const want = "write http://HOST:PORT for plaintext, https://HOST:PORT for TLS"
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-		v := getenvTrim(k)
-		if v == "" {
-			continue
+	k := "OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT"
+	v := getenvTrim(k)
+	if v == "" {
+		k = "OTEL_EXPORTER_OTLP_ENDPOINT"
+		if v = getenvTrim(k); v == "" {
+			return nil
 		}
-		u, err := url.Parse(v)
-		if err != nil {
-			return &ConfigError{Name: k, Value: v, Reason: "not a URL: " + want}
-		}
-		if protocol != "grpc" && ((u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-			return &ConfigError{Name: k, Value: v, Reason: "OTLP/HTTP takes an http or https URL: " + want}
-		}
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		return &ConfigError{Name: k, Value: v, Reason: "not a URL: " + want}
+	}
+	if protocol != "grpc" && ((u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return &ConfigError{Name: k, Value: v, Reason: "OTLP/HTTP takes an http or https URL: " + want}
 	}
 	return nil
 }
