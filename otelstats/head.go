@@ -78,7 +78,15 @@ func (t *Tracker) HeadSample(ctx context.Context, traceID trace.TraceID, op stri
 // and parent.
 func (t *Tracker) decideHead(parent trace.SpanContext, trusted bool, traceID trace.TraceID, op, model string) HeadDecision {
 	s := t.cfg.head
-	if s == nil || t.cfg.noTraces {
+	if t.cfg.noTraces {
+		return HeadSampled
+	}
+	if trusted && parent.IsValid() && !parent.IsSampled() {
+		// A trusted parent's flag decides (the policy drops the trace
+		// whatever it says, sampler.decide): downstream is told now.
+		return HeadDropped
+	}
+	if s == nil {
 		return HeadSampled
 	}
 	ctx := context.Background()

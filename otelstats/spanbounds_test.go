@@ -2,6 +2,7 @@ package otelstats
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -290,5 +291,52 @@ func TestTokenLatenciesAbsentWithoutTokenTimes(t *testing.T) {
 				t.Errorf("JSON has output_token_latencies_s: %v: %s", has, s.AppendJSON(nil))
 			}
 		})
+	}
+}
+
+// TestTrustedUnsampledParentHandedOn: a trusted caller's unsampled
+// traceparent decides at arrival that the trace is dropped (the policy
+// cannot keep it), so the span context handed downstream says unsampled
+// from then on, as W3C Trace Context has a participant that does not
+// record pass the flag on; it said sampled unless a parent-based head
+// sampler happened to be configured, and the next hop (the engine behind
+// the proxy) exported spans under a root that never came.
+func TestTrustedUnsampledParentHandedOn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		head sdktrace.Sampler
+	}{
+		{"no head sampler", nil},
+		{"always-on head sampler", sdktrace.AlwaysSample()},
+	} {
+		for _, sampled := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, parent sampled %v", tc.name, sampled), func(t *testing.T) {
+				opts := []Option{WithTrustParentSampling(true)}
+				if tc.head != nil {
+					opts = append(opts, WithHeadSampler(tc.head))
+				}
+				h := newHarness(t, opts...)
+				var flags trace.TraceFlags
+				if sampled {
+					flags = trace.FlagsSampled
+				}
+				parent := trace.NewSpanContext(trace.SpanContextConfig{
+					TraceID: trace.TraceID{1: 1}, SpanID: trace.SpanID{1: 2}, TraceFlags: flags, Remote: true})
+				q, err := h.tr.Arrive(trace.ContextWithRemoteSpanContext(context.Background(), parent), "r", Arrival{Time: at(0), Model: "m"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := q.SpanContext().IsSampled(); got != sampled {
+					t.Errorf("handed-out span context sampled %v, want the trusted parent's %v", got, sampled)
+				}
+				if err := q.Finish(at(5), FinishStop); err != nil {
+					t.Fatal(err)
+				}
+				s := h.statsOf("r")
+				if s.Sampled != sampled || len(h.rec.Ended()) > 0 != sampled {
+					t.Errorf("Sampled %v (%s), %d spans; want kept %v", s.Sampled, s.SamplingReason, len(h.rec.Ended()), sampled)
+				}
+			})
+		}
 	}
 }
