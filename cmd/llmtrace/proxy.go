@@ -158,6 +158,12 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	}
 	if err := serveProxy(ctx, c, stdout, stderr, ready); err != nil {
 		fmt.Fprintf(stderr, "llmtrace proxy: %v\n", err)
+		// An OTEL_* value no exporter can use is the user's to fix, as a
+		// bad flag is: the usage status, which a supervisor need not retry.
+		var bad *otelconf.ConfigError
+		if errors.As(err, &bad) {
+			return 2
+		}
 		return 1
 	}
 	return 0
