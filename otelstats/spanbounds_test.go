@@ -340,3 +340,43 @@ func TestTrustedUnsampledParentHandedOn(t *testing.T) {
 		}
 	}
 }
+
+// TestStepEventsUnknownNumbers: an llm.decode.step event carries
+// llm.step.index and llm.step.batch_size when the engine said them
+// (Tracker.Step numbers its steps from 1 and counts the batch); a
+// DECODING recorded on its own (Record, the update log) says neither, and
+// its event has neither — not a step 0 in a batch of 0 (SPEC §2: a value
+// nobody saw is absent, never zero).
+func TestStepEventsUnknownNumbers(t *testing.T) {
+	for _, viaStep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("step %v", viaStep), func(t *testing.T) {
+			h := newHarness(t, WithDetail(DetailSteps))
+			h.feed([]Update{arrived("r", 0, "m", "chat"), queued("r", 1), prefilling("r", 2, 4, 0)})
+			for _, ms := range []float64{3, 4} {
+				if viaStep {
+					// "other" is not known yet (held): the batch is two.
+					_ = h.tr.Step(&Step{Time: at(ms), Decoded: []Decoded{{RequestID: "r"}, {RequestID: "other"}}})
+				} else {
+					h.must(decoding("r", ms, 1))
+				}
+			}
+			h.must(enFinished("r", 5, "stop"))
+			_, kids := h.treeOf(h.statsOf("r"))
+			for _, k := range kids {
+				if k.Name() != attributes.SpanDecode {
+					continue
+				}
+				if len(k.Events()) != 2 {
+					t.Fatalf("%d step events, want 2", len(k.Events()))
+				}
+				for i, ev := range k.Events() {
+					idx, hasIdx := attrOf(ev.Attributes, attributes.StepIndex)
+					b, hasB := attrOf(ev.Attributes, attributes.StepBatchSize)
+					if hasIdx != viaStep || hasB != viaStep || viaStep && (idx.AsInt64() < 1 || b.AsInt64() != 2) {
+						t.Errorf("event %d: index %v (%v), batch %v (%v)", i, idx.AsInt64(), hasIdx, b.AsInt64(), hasB)
+					}
+				}
+			}
+		})
+	}
+}

@@ -97,6 +97,7 @@ type Encode struct {
 }
 
 // StepEvent is one engine step that produced tokens for the request.
+// Index (from 1) and BatchSize are 0 when the engine did not say them.
 type StepEvent struct {
 	Time      int64
 	Index     int64

@@ -226,12 +226,9 @@ func (b *builder) decode(r *Run, segment int, runEnd int64) {
 	}
 	for _, st := range r.Steps {
 		d.Events = append(d.Events, Event{
-			Name: attributes.EventDecodeStep,
-			Time: clamp(st.Time, d.Start, d.End),
-			Attrs: b.t.eventAttrs(
-				attributes.StepIndex.Int64(st.Index),
-				attributes.StepBatchSize.Int(st.BatchSize),
-			),
+			Name:  attributes.EventDecodeStep,
+			Time:  clamp(st.Time, d.Start, d.End),
+			Attrs: b.t.stepAttrs(st),
 		})
 	}
 	if len(r.TokenTimes) > 0 {
@@ -241,6 +238,21 @@ func (b *builder) decode(r *Run, segment int, runEnd int64) {
 		}
 		d.Attrs = append(d.Attrs, attributes.DecodeTokenOffsets.Int64Slice(offs))
 	}
+}
+
+// stepAttrs are a step event's numbers, those the engine said: a DECODING
+// recorded on its own has neither, and 0 would claim a step 0 in a batch
+// of 0 (SPEC §2: absent, never zero).
+func (t *Tree) stepAttrs(st StepEvent) []attribute.KeyValue {
+	switch {
+	case st.Index > 0 && st.BatchSize > 0:
+		return t.eventAttrs(attributes.StepIndex.Int64(st.Index), attributes.StepBatchSize.Int(st.BatchSize))
+	case st.Index > 0:
+		return t.eventAttrs(attributes.StepIndex.Int64(st.Index))
+	case st.BatchSize > 0:
+		return t.eventAttrs(attributes.StepBatchSize.Int(st.BatchSize))
+	}
+	return nil
 }
 
 // eventAttrs stores an event's attributes in the tree's reused buffer. An
