@@ -90,9 +90,9 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 	fs.DurationVar(&c.drain, "drain", 30*time.Second, "on SIGINT/SIGTERM, how long running streams may finish")
 	fs.Int64Var(&c.bodyBudget, "body-budget", openaihttp.DefaultBodyBudget, "bytes of bodies held at once over all requests (SSE events, response fields); past it they pass unread")
 	fs.IntVar(&c.eventLimit, "event-limit", openaihttp.DefaultEventLimit, "bytes of one SSE event, or of a JSON response's choices, read; longer ones pass unread")
-	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time a client has to send its request headers")
+	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout, "time a client has to send its request headers (0: -read-timeout's)")
 	fs.DurationVar(&c.readTimeout, "read-timeout", defaultReadTimeout, "time a client has to send its whole request, body included (0: none)")
-	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection is kept")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection is kept (0: no bound)")
 	fs.IntVar(&c.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "largest request header block accepted")
 	fs.IntVar(&c.maxConns, "max-conns", defaultMaxConns, "client connections held at once; past it a new one closes the oldest idle one, or is refused when all are busy (0: no cap)")
 	fs.DurationVar(&c.transport.ResponseHeaderTimeout, "upstream-header-timeout", openaihttp.DefaultResponseHeaderTimeout,
@@ -241,7 +241,7 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	defer cutAll()
 	var handlers inFlight
 	srv := &http.Server{Handler: handlers.wrap(p), ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout,
-		IdleTimeout: c.idleTimeout, MaxHeaderBytes: c.maxHeaderBytes, ConnState: l.ConnState,
+		IdleTimeout: orNone(c.idleTimeout), MaxHeaderBytes: c.maxHeaderBytes, ConnState: l.ConnState,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(l) }()
@@ -318,6 +318,17 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 		logger.Warn("-stats-out", "err", sinkErr)
 	}
 	return err
+}
+
+// orNone is -idle-timeout's value for http.Server, which reads 0 as
+// ReadTimeout's: 0 is no bound, as -read-timeout's 0 is. (A header timeout
+// of 0 stays ReadTimeout's: none would let a client that never ends its
+// headers hold the connection for ever.)
+func orNone(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // exitFlushWait bounds each part of a command's exit flush: the tracker

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestProxyConfigErrorIsUsage: an OTEL_* value the proxy cannot use (a
@@ -29,5 +33,37 @@ func TestProxyConfigErrorIsUsage(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want 2 and the variable named", code, stderr.String())
 			}
 		})
+	}
+}
+
+// TestProxyZeroIdleTimeoutIsNone: -idle-timeout 0 keeps an idle keep-alive
+// connection without bound, as -read-timeout 0 is none: net/http reads a
+// zero IdleTimeout as ReadTimeout's, so the connection was closed after
+// -read-timeout (here 150 ms; 5 min by default).
+func TestProxyZeroIdleTimeoutIsNone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr lockedBuffer
+	addr, done := startProxy(ctx, t, &stderr, "-upstream", "http://127.0.0.1:1", "-models", "m", "-stats-log", "0",
+		"-read-timeout", "150ms", "-idle-timeout", "0")
+	defer func() { cancel(); <-done }()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	for i := range 2 {
+		if i == 1 {
+			time.Sleep(500 * time.Millisecond) // idle, past -read-timeout
+		}
+		if _, err := io.WriteString(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d on the kept connection: %v", i+1, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }
