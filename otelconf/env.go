@@ -177,6 +177,7 @@ func selectSignal(signal, override string) (selection, error) {
 	}
 	checkInsecure(s.suffix)
 	checkClientCert(s.suffix)
+	checkHeaders(s.suffix)
 	s.timeout, s.timeoutSet = otlpTimeout(s.suffix)
 	s.gzip = otlpCompression(s.suffix)
 	if override != "" {
@@ -349,6 +350,51 @@ func checkClientCert(suffix string) {
 			otel.Handle(fmt.Errorf("otelconf: %s is set but %s is not: the exporters ignore both, and send no client certificate from them", set, unset))
 		}
 	}
+}
+
+// checkHeaders warns about the entries of the headers variable the signal
+// uses (a per-signal one replaces the general one) that the exporters drop:
+// no "=", a key that is not an HTTP token, a broken percent encoding. They
+// log only "parse headers", without the variable, and the entry with it;
+// the warning names the entry by its place or key, never its value, which
+// is often a credential.
+func checkHeaders(suffix string) {
+	k := "OTEL_EXPORTER_OTLP_" + suffix + "_HEADERS"
+	v := getenvTrim(k)
+	if v == "" {
+		k = "OTEL_EXPORTER_OTLP_HEADERS"
+		v = getenvTrim(k)
+	}
+	if v == "" {
+		return
+	}
+	for i, entry := range strings.Split(v, ",") {
+		key, val, ok := strings.Cut(entry, "=")
+		key = strings.TrimSpace(key)
+		var why string
+		switch _, err := url.PathUnescape(val); {
+		case !ok:
+			why = fmt.Sprintf("entry %d has no '='", i+1)
+		case !isToken(key):
+			why = fmt.Sprintf("entry %d: %q is not a header name", i+1, key)
+		case err != nil:
+			why = fmt.Sprintf("%q: the value's percent encoding is broken", key)
+		default:
+			continue
+		}
+		otel.Handle(fmt.Errorf("otelconf: %s: %s; that header is not sent", k, why))
+	}
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110), as the exporters
+// want a header name.
+func isToken(s string) bool {
+	for _, c := range s {
+		if !(c < 0x80 && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c))) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // otlpCompression reads the per-signal compression variable, else the
