@@ -738,36 +738,41 @@ func (sc *scenario) run(h *harness) {
 
 func TestScenarios(t *testing.T) {
 	for _, sc := range scenarios {
-		t.Run(sc.name, func(t *testing.T) {
-			h := newHarness(t)
-			sc.run(h)
-			if n := h.rejects(""); n != 0 {
-				t.Fatalf("%d updates rejected", n)
-			}
-			if n := h.tr.InFlight(); n != 0 {
-				t.Fatalf("InFlight = %d after the scenario", n)
-			}
-			s := h.statsOf(sc.id)
-			checkStats(t, s, sc.stats)
-			if s.ClampedSpans != 0 {
-				t.Errorf("ClampedSpans = %d, want 0", s.ClampedSpans)
-			}
-
-			root := sc.root
-			have, not := rootLatencyAttrs(sc.stats)
-			root.attrs = append(append([]attribute.KeyValue{
-				attributes.RequestID.String(sc.id),
-				attributes.RequestModel.String(sc.ops[0].Model),
-			}, root.attrs...), have...)
-			root.noAttrs = append(root.noAttrs, not...)
-			h.checkTree(s, root, sc.kids)
-			if n := len(h.rec.Ended()); n != len(sc.kids)+1 {
-				t.Errorf("%d spans recorded, want %d", n, len(sc.kids)+1)
-			}
-
-			checkScenarioMetrics(h, sc.stats)
-		})
+		t.Run(sc.name, func(t *testing.T) { checkScenario(t, sc) })
 	}
+}
+
+// checkScenario runs sc on a tracker of its own and checks its stats, its
+// span tree and its metrics.
+func checkScenario(t *testing.T, sc scenario) {
+	t.Helper()
+	h := newHarness(t)
+	sc.run(h)
+	if n := h.rejects(""); n != 0 {
+		t.Fatalf("%d updates rejected", n)
+	}
+	if n := h.tr.InFlight(); n != 0 {
+		t.Fatalf("InFlight = %d after the scenario", n)
+	}
+	s := h.statsOf(sc.id)
+	checkStats(t, s, sc.stats)
+	if s.ClampedSpans != 0 {
+		t.Errorf("ClampedSpans = %d, want 0", s.ClampedSpans)
+	}
+
+	root := sc.root
+	have, not := rootLatencyAttrs(sc.stats)
+	root.attrs = append(append([]attribute.KeyValue{
+		attributes.RequestID.String(sc.id),
+		attributes.RequestModel.String(sc.ops[0].Model),
+	}, root.attrs...), have...)
+	root.noAttrs = append(root.noAttrs, not...)
+	h.checkTree(s, root, sc.kids)
+	if n := len(h.rec.Ended()); n != len(sc.kids)+1 {
+		t.Errorf("%d spans recorded, want %d", n, len(sc.kids)+1)
+	}
+
+	checkScenarioMetrics(h, sc.stats)
 }
 
 // checkScenarioMetrics checks SPEC §4's metrics for a tracker that finished

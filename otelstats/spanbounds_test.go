@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -378,5 +379,107 @@ func TestStepEventsUnknownNumbers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The brief's sequences not in scenarios, held to the same checks.
+var hourMs = float64(time.Hour / time.Millisecond)
+
+var moreScenarios = []scenario{
+	{
+		name: "INPUT_PROCESSED at QUEUED: no handoff, a zero wait",
+		id:   "ip-queued",
+		ops: []Update{
+			arrived("ip-queued", 0, "m", "chat"),
+			inputProcessed("ip-queued", 2, 6),
+			queued("ip-queued", 2),
+			prefilling("ip-queued", 2, 6, 0),
+			decoding("ip-queued", 5, 1),
+			detok("ip-queued", 6, 1, 0),
+			decoding("ip-queued", 8, 1),
+			detok("ip-queued", 9, 1, 0),
+			enFinished("ip-queued", 8, "stop"),
+			feFinished("ip-queued", 10, "stop"),
+		},
+		stats: wantStats{reason: "stop", finished: 10, e2e: 10, queue: 0, ttft: 6, prefill: 4, decode: 4,
+			inference: 8, tpot: 4, itl: []float64{3}, prompt: 6, cached: 0, out: 2},
+		root: wantRoot{name: "chat m", end: 10, attrs: []attribute.KeyValue{attributes.UsageCacheReadInput.Int(0)}},
+		kids: []wantSpan{
+			spInput(0, 2, 6),
+			spQueue(2, 2, "new"),
+			spPrefill(2, 6, 6, 0, 1, false),
+			spDecode(6, 8, 2, 0),
+			spDetok(6, 9, 0, 2),
+		},
+	},
+	{
+		name: "error finish, the frontend's error type",
+		id:   "err",
+		ops: []Update{
+			arrived("err", 0, "m", "chat"),
+			inputProcessed("err", 1, 5),
+			queued("err", 2),
+			prefilling("err", 3, 5, 0),
+			decoding("err", 6, 1),
+			detok("err", 7, 1, 0),
+			enFinished("err", 9, "error"),
+			{RequestID: "err", Kind: KindFinished, Side: SideFrontend, Time: at(10), FinishReason: "error", ErrorType: "engine_dead"},
+		},
+		stats: wantStats{reason: "error", errType: "engine_dead", finished: 10, e2e: 10, queue: 1, ttft: 7, prefill: 4,
+			decode: 3, inference: 7, tpot: absent, itl: []float64{}, prompt: 5, cached: 0, out: 1},
+		root: wantRoot{name: "chat m", end: 10, status: codes.Error, statusDesc: "engine_dead"},
+		kids: []wantSpan{
+			spInput(0, 1, 5),
+			spHandoff(1, 2),
+			spQueue(2, 3, "new"),
+			spPrefill(3, 7, 5, 0, 1, false),
+			spDecode(7, 9, 1, 0),
+			spDetok(7, 7, 0, 1),
+		},
+	},
+	{
+		name: "middleware: frontend only, streamed",
+		id:   "mw",
+		ops: []Update{
+			arrived("mw", 0, "m", "chat"),
+			inputProcessed("mw", 1, 9),
+			detok("mw", 5, 1, 0),
+			detok("mw", 7, 2, 0),
+			detok("mw", 8, 0, 0),
+			feFinished("mw", 9, "stop"),
+		},
+		stats: wantStats{reason: "stop", finished: 9, e2e: 9, queue: absent, ttft: 5, prefill: absent, decode: 4,
+			inference: absent, tpot: 2, itl: []float64{2}, prompt: 9, cached: absent, out: 3},
+		root: wantRoot{name: "chat m", end: 9, noAttrs: []attribute.Key{attributes.UsageCacheReadInput, attributes.PreemptedTime}},
+		kids: []wantSpan{
+			spInput(0, 1, 9),
+			spDetok(5, 8, 0, 3),
+		},
+	},
+	{
+		name: "engine only, three hours",
+		id:   "long",
+		ops: []Update{
+			arrived("long", 0, "m", "chat"),
+			queued("long", 1),
+			prefilling("long", 2, 3, 0),
+			decoding("long", 3, 1),
+			decoding("long", 3+2*hourMs, 1),
+			enFinished("long", 3+3*hourMs, "length"),
+		},
+		stats: wantStats{reason: "length", finished: 3 + 3*hourMs, e2e: 3 + 3*hourMs, queue: 1, ttft: 3, prefill: 1,
+			decode: 3 * hourMs, inference: 1 + 3*hourMs, tpot: 3 * hourMs, itl: []float64{2 * hourMs}, prompt: absent, cached: 0, out: 2},
+		root: wantRoot{name: "chat m", end: 3 + 3*hourMs},
+		kids: []wantSpan{
+			spQueue(1, 2, "new"),
+			spPrefill(2, 3, 3, 0, 1, false),
+			spDecode(3, 3+3*hourMs, 2, 0),
+		},
+	},
+}
+
+func TestMoreScenarios(t *testing.T) {
+	for _, sc := range moreScenarios {
+		t.Run(sc.name, func(t *testing.T) { checkScenario(t, sc) })
 	}
 }
