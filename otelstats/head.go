@@ -64,8 +64,9 @@ func WithHeadSampler(s sdktrace.Sampler) Option {
 // as Arrive's does; traceID is the one to pass in Arrival.TraceID when
 // there is no parent; op is the GenAI operation; trustParent is
 // Arrival.TrustParent. Pass the result in Arrival.Head, so that the trace
-// and what the next hop was told agree. Without a head sampler, or
-// building no traces, it returns HeadSampled.
+// and what the next hop was told agree. A trusted unsampled parent is
+// HeadDropped whatever the sampler (its flag settles the trace); else,
+// without a head sampler or building no traces, it returns HeadSampled.
 func (t *Tracker) HeadSample(ctx context.Context, traceID trace.TraceID, op string, trustParent bool) HeadDecision {
 	parent := trace.SpanContextFromContext(ctx)
 	if parent.IsValid() {
