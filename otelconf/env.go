@@ -517,11 +517,18 @@ func deltaTemporality() bool {
 
 // checkProducers refuses OTEL_METRICS_PRODUCERS: autoexport would put its
 // producers in the place of the Aggregator, whose latency histograms would
-// then be missing from every reader.
-func checkProducers() error {
-	if v := strings.TrimSpace(os.Getenv("OTEL_METRICS_PRODUCERS")); v != "" {
-		return &ConfigError{Name: "OTEL_METRICS_PRODUCERS", Value: v,
+// then be missing from every reader. A blank value is refused too for the
+// readers autoexport builds (all but otlp): autoexport reads it untrimmed,
+// as a producer name it does not know, and its error blamed the exporter.
+func checkProducers(exporter string) error {
+	const k = "OTEL_METRICS_PRODUCERS"
+	raw := os.Getenv(k)
+	if v := strings.TrimSpace(raw); v != "" {
+		return &ConfigError{Name: k, Value: v,
 			Reason: "not supported: llmtrace's own producer serves its latency histograms on every reader; unset it"}
+	}
+	if raw != "" && exporter != "otlp" {
+		return &ConfigError{Name: k, Value: raw, Reason: "blank, but autoexport reads it as a producer name; unset it"}
 	}
 	return nil
 }

@@ -117,7 +117,7 @@ func (p *Providers) setupMetrics(ctx context.Context, c Config, sel selection) e
 	opts := []sdkmetric.Option{sdkmetric.WithResource(p.resource)}
 	var env sdkmetric.Reader // built from the environment: shut down if Prometheus fails
 	if sel.exporter != "" {
-		if err := checkProducers(); err != nil {
+		if err := checkProducers(sel.exporter); err != nil {
 			return err
 		}
 		mr, err := newMetricReader(ctx, sel, p.Aggregator)
