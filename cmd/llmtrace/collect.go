@@ -268,7 +268,14 @@ func runCollect(ctx context.Context, cfg collectConfig, stdout, stderr io.Writer
 	}
 	if err := r.setup(ctx, &cfg, stdout); err != nil {
 		r.teardown()
-		return r.fail("%v", err)
+		code := r.fail("%v", err)
+		// An OTEL_* value no exporter can use is the user's to fix, as a
+		// bad flag is: the usage status, as the proxy and load give it.
+		var bad *otelconf.ConfigError
+		if errors.As(err, &bad) {
+			code = 2
+		}
+		return code
 	}
 	sc := cfg.server
 	sc.Collector.Tracker = r.tr

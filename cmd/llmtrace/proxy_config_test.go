@@ -67,3 +67,15 @@ func TestProxyZeroIdleTimeoutIsNone(t *testing.T) {
 		resp.Body.Close()
 	}
 }
+
+// TestCollectConfigErrorIsUsage: collect, like the proxy, ends with the
+// usage status, 2, naming the variable, for an OTEL_* value it cannot use.
+func TestCollectConfigErrorIsUsage(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "xray")
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	var stderr bytes.Buffer
+	code := collect(context.Background(), []string{"-listen", "-", "-stats-log", "0"}, strings.NewReader(""), io.Discard, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "OTEL_TRACES_SAMPLER") {
+		t.Errorf("exit %d, stderr %q; want 2 and the variable named", code, stderr.String())
+	}
+}
