@@ -135,7 +135,7 @@ var cases = map[string][]flagCase{
 		{name: "no input", exit: 2, stderr: []string{"no input: give -listen", "llmtrace collect -h"}},
 		{
 			name: "OTEL_TRACES_SAMPLER_ARG not a ratio", args: []string{"-listen", "-"},
-			env: []string{"OTEL_TRACES_SAMPLER=traceidratio", "OTEL_TRACES_SAMPLER_ARG=0,1"}, exit: 1, stderr: []string{`OTEL_TRACES_SAMPLER_ARG="0,1"`},
+			env: []string{"OTEL_TRACES_SAMPLER=traceidratio", "OTEL_TRACES_SAMPLER_ARG=0,1"}, exit: 2, stderr: []string{`OTEL_TRACES_SAMPLER_ARG="0,1"`},
 		},
 		{name: "bad flag", args: []string{"-listne", "-"}, exit: 2, stderr: []string{"flag provided but not defined: -listne"}},
 		{name: "unexpected argument", args: []string{"-listen", "-", "extra"}, exit: 2, stderr: []string{`unexpected argument "extra"`}},
@@ -252,7 +252,7 @@ var cases = map[string][]flagCase{
 		{name: "no -upstream", exit: 2},
 		{
 			name: "OTEL_TRACES_SAMPLER the Go SDK lacks", args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-models", "toy"},
-			env: []string{"OTEL_TRACES_SAMPLER=jaeger_remote"}, exit: 1, stderr: []string{`OTEL_TRACES_SAMPLER="jaeger_remote"`},
+			env: []string{"OTEL_TRACES_SAMPLER=jaeger_remote"}, exit: 2, stderr: []string{`OTEL_TRACES_SAMPLER="jaeger_remote"`},
 		},
 		{
 			name: "every flag", ready: "msg=proxying", args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-metrics-listen", "{addr2}",
