@@ -271,12 +271,7 @@ func TestWrongProtocolNamesTheCause(t *testing.T) {
 			)
 			errs := captureErrors(t)
 			p := setup(t, Config{})
-			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			request(t, tr)
-			_ = tr.Shutdown(context.Background())
+			recordOne(t, p)
 			waitFor(t, "a failed export of each signal", func() bool {
 				return len(errs.exportErrors("traces")) > 0 && len(errs.exportErrors("metrics")) > 0
 			})
@@ -323,12 +318,7 @@ func TestRefusedSignal(t *testing.T) {
 			)
 			errs := captureErrors(t)
 			p := setup(t, Config{})
-			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			request(t, tr)
-			_ = tr.Shutdown(context.Background())
+			recordOne(t, p)
 			waitFor(t, "three refused metric exports", func() bool { return p.Status().Metrics.Failures >= 3 })
 			if err := p.Shutdown(context.Background()); err != nil {
 				t.Errorf("Shutdown: %v", err)
@@ -385,12 +375,7 @@ func TestSDKDisabled(t *testing.T) {
 			errs := captureErrors(t)
 			mem := tracetest.NewSpanRecorder()
 			p := setup(t, Config{Prometheus: true, SpanProcessors: []sdktrace.SpanProcessor{mem}})
-			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			request(t, tr)
-			_ = tr.Shutdown(context.Background())
+			recordOne(t, p)
 			if err := p.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -447,12 +432,7 @@ func consoleChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	request(t, tr)
-	_ = tr.Shutdown(context.Background())
+	recordOne(t, p)
 	if err := p.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -469,12 +449,7 @@ func TestPrometheusFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	request(t, tr)
-	_ = tr.Shutdown(context.Background())
+	recordOne(t, p)
 	url := "http://127.0.0.1:" + port + "/metrics"
 	body := get(t, url)
 	for _, want := range []string{"gen_ai_server_time_to_first_token_seconds_count", "target_info"} {
@@ -604,12 +579,7 @@ func TestSampler(t *testing.T) {
 			rec := startReceiver(t, receiverOpts{traces: true, metrics: true})
 			cleanEnv(t, "OTEL_EXPORTER_OTLP_ENDPOINT", rec.Endpoint, "OTEL_TRACES_SAMPLER", tc.sampler, "OTEL_TRACES_SAMPLER_ARG", tc.arg)
 			p := setup(t, Config{})
-			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			request(t, tr)
-			_ = tr.Shutdown(context.Background())
+			recordOne(t, p)
 			if err := p.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -845,6 +815,19 @@ func itoa(n int) string { return fmt.Sprint(n) }
 
 // request records one preempted, streamed request; its tree has treeSpans
 // spans. t may be nil: errors then panic.
+// recordOne records one request through a tracker on p's providers and
+// shuts the tracker down (its spans ended, its metrics recorded); the
+// providers stay up for the test to flush or shut.
+func recordOne(t *testing.T, p *Providers) {
+	t.Helper()
+	tr, err := otelstats.NewTracker(p.TrackerOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	request(t, tr)
+	_ = tr.Shutdown(context.Background())
+}
+
 func request(t *testing.T, tr *otelstats.Tracker) {
 	fatal := func(err error) { panic(err) }
 	if t != nil {
@@ -938,12 +921,7 @@ func TestTracesEndpoint(t *testing.T) {
 			if !p.TracesExported || p.MetricsExported {
 				t.Fatalf("traces %v metrics %v exported", p.TracesExported, p.MetricsExported)
 			}
-			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			request(t, tr)
-			_ = tr.Shutdown(context.Background())
+			recordOne(t, p)
 			if err := p.Shutdown(context.Background()); err != nil {
 				t.Fatal(err)
 			}

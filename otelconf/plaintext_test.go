@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/llmtrace/llmtrace/otelstats"
 )
 
 // TestPlaintextSchemeIgnoresCertificate: an http:// endpoint is plaintext
@@ -32,12 +30,7 @@ func TestPlaintextSchemeIgnoresCertificate(t *testing.T) {
 					"OTEL_EXPORTER_OTLP_TIMEOUT", "2000")
 				errs := captureErrors(t)
 				p := setup(t, Config{})
-				tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				request(t, tr)
-				_ = tr.Shutdown(context.Background())
+				recordOne(t, p)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				_ = p.Shutdown(ctx)
@@ -71,12 +64,7 @@ func TestInsecureIgnoresCertificate(t *testing.T) {
 			cleanEnv(t, append([]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", target, "OTEL_EXPORTER_OTLP_TIMEOUT", "2000"}, tc.env...)...)
 			errs := captureErrors(t)
 			p := setup(t, Config{})
-			tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			request(t, tr)
-			_ = tr.Shutdown(context.Background())
+			recordOne(t, p)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_ = p.Shutdown(ctx)

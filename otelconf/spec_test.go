@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/llmtrace/llmtrace/otelstats"
 )
 
 // TestSchemeWinsOverInsecure: the specification's OTLP exporter options
@@ -47,12 +45,7 @@ func TestSchemeWinsOverInsecure(t *testing.T) {
 					"OTEL_EXPORTER_OTLP_TIMEOUT", "1000")
 				_ = captureErrors(t)
 				p := setup(t, Config{})
-				tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				request(t, tr)
-				_ = tr.Shutdown(context.Background())
+				recordOne(t, p)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				_ = p.Shutdown(ctx)

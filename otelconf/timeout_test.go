@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/llmtrace/llmtrace/otelstats"
 )
 
 // TestOTLPTimeout: OTEL_EXPORTER_OTLP_TIMEOUT and its per-signal variant
@@ -56,12 +54,7 @@ func TestNegativeTimeoutBoundsExport(t *testing.T) {
 		"OTEL_EXPORTER_OTLP_TIMEOUT", "200", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "-1")
 	_ = captureErrors(t)
 	p := setup(t, Config{})
-	tr, err := otelstats.NewTracker(p.TrackerOptions()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	request(t, tr)
-	_ = tr.Shutdown(context.Background())
+	recordOne(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := p.Batch.ForceFlush(ctx); err != nil {
