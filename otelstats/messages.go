@@ -61,16 +61,32 @@ const truncMark = "…[truncated]"
 // first. Nothing at all fits: "[]", or "" under two bytes.
 func marshalMessages(msgs []Message, max int, redact func(string) string) string {
 	msgs = redacted(msgs, redact)
-	for ; len(msgs) > 0; msgs = msgs[1:] {
-		frame := len(appendMessages(nil, msgs, -1))
+	frames, frame := frameLens(msgs)
+	for ; len(msgs) > 0; msgs, frames = msgs[1:], frames[1:] {
 		if room := max - frame; room >= 0 {
 			return string(appendMessages(nil, msgs, textLimit(msgs, room)))
 		}
+		frame -= frames[0] + 1 // the message and its comma
 	}
 	if max >= 2 {
 		return "[]"
 	}
 	return ""
+}
+
+// frameLens is each message's length written with empty texts, and the
+// whole array's, so the oldest can be dropped without writing the rest
+// again (a thousand short messages under a small cap).
+func frameLens(msgs []Message) (each []int, all int) {
+	each = make([]int, len(msgs))
+	var buf []byte
+	all = 1 // "[" and "]", less the comma the first message does not have
+	for i := range msgs {
+		buf = appendMessages(buf[:0], msgs[i:i+1], -1)
+		each[i] = len(buf) - 2
+		all += each[i] + 1
+	}
+	return each, all
 }
 
 // redacted is msgs with every free text passed through redact, copied so
