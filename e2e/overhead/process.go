@@ -46,9 +46,16 @@ func StartProcess(ctx context.Context, name, bin string, args, env []string, log
 	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
 	if err := p.waitReady(ctx, ready); err != nil {
 		p.Kill()
-		return nil, fmt.Errorf("%s: %w (log %s)", name, err, p.LogPath)
+		return nil, fmt.Errorf("%s: %w (log %s: %s)", name, err, p.LogPath, logTail(p.LogPath))
 	}
 	return p, nil
+}
+
+// logTail is the end of a process's log, for an error that outlives the
+// test's temporary directory.
+func logTail(path string) string {
+	b, _ := os.ReadFile(path)
+	return strings.TrimSpace(string(b[max(len(b)-1024, 0):]))
 }
 
 // Environ is this process's environment without the variables the stack's

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -112,8 +113,20 @@ func (s *Stack) Run(ctx context.Context, c Config, round int) (*Result, error) {
 	return r, nil
 }
 
-// start runs the configuration's server and proxy.
+// start runs the configuration's server and proxy. FreeAddr's port may be
+// taken by another test's process before ours listens on it: such a start
+// is tried again on fresh ports, twice at most.
 func (s *Stack) start(ctx context.Context, c Config, service string) (server, proxy *Process, err error) {
+	for range 3 {
+		server, proxy, err = s.startOnce(ctx, c, service)
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	return server, proxy, err
+}
+
+func (s *Stack) startOnce(ctx context.Context, c Config, service string) (server, proxy *Process, err error) {
 	addrs := make([]string, 4)
 	for i := range addrs {
 		if addrs[i], err = FreeAddr(); err != nil {
