@@ -59,8 +59,11 @@ func parseReplay(args []string, stderr io.Writer) (cfg replayConfig, code int, o
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: llmtrace replay [flags] FILE|-\n\nReads the update log (one JSON update per line) and writes one RequestStats\n"+
 			"JSON object per finished request to stdout, a summary to stderr. Times are\n"+
-			"the log's own: waits and the hold window run on the logged times.\n"+
-			"Exit status: 0 ok, 1 the input could not be read (or telemetry not set up),\n2 usage error, 3 some lines were rejected.\n\nflags:")
+			"the log's own: waits and the hold window run on the logged times. A\n"+
+			"gzip-compressed log (a rotated foo.log.gz, several members concatenated)\n"+
+			"is decompressed as it is read, known by its first bytes, not its name.\n"+
+			"Exit status: 0 ok, 1 the input could not be read (or telemetry not set up,\n"+
+			"or a gzip stream is truncated or corrupt), 2 usage error, 3 some lines\nwere rejected.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseFlags(fs, args, exitUsage); !ok {
@@ -137,7 +140,7 @@ func runReplay(ctx context.Context, cfg replayConfig, stdin io.Reader, stdout, s
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	readErr := r.read(tr, untilDone(ctx, in))
+	readErr := r.read(tr, maybeGunzip(untilDone(ctx, in)))
 	if errors.Is(readErr, context.Canceled) {
 		fmt.Fprintln(stderr, "llmtrace replay: interrupted: the log is read no further")
 		readErr = nil

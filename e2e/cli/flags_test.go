@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"compress/gzip"
 	"io"
 	"net"
 	"net/http"
@@ -20,7 +21,9 @@ import (
 // flagCase is one run of the llmtrace binary. args may hold placeholders,
 // replaced per case: {tmp} a fresh directory, {sock} a Unix socket path in
 // it, {addr} and {addr2} free loopback addresses, {log} an update log of
-// two complete requests, {badlog} one with a bad line, {token} a token
+// two complete requests, {badlog} one with a bad line, {gzlog} {log}
+// gzip-compressed as two members (`cat a.gz b.gz`), {badgz} {gzlog} with a
+// truncated third member, {token} a token
 // file, {jaeger} Jaeger's OTLP/gRPC endpoint (e2e/testbackend), {upstream}
 // the example OpenAI-compatible server's URL (examples/httpserver).
 //
@@ -69,6 +72,18 @@ const updateLog = `{"request_id":"r1","type":"ARRIVED","ts":1700000000.000,"mode
 {"request_id":"r2","type":"DECODING","ts":1700000001.010}
 {"request_id":"r2","type":"FINISHED","ts":1700000001.020,"side":"engine","finish_reason":"length"}
 `
+
+// gzipMembers compresses each part as one gzip member, concatenated as
+// `cat a.gz b.gz` writes them.
+func gzipMembers(parts ...string) []byte {
+	var b bytes.Buffer
+	for _, p := range parts {
+		zw := gzip.NewWriter(&b)
+		io.WriteString(zw, p)
+		zw.Close()
+	}
+	return b.Bytes()
+}
 
 // fileHas checks that the file named by placeholder key holds want.
 func fileHas(key string, want ...string) func(*testing.T, vars, string, string) {
@@ -240,6 +255,14 @@ var cases = map[string][]flagCase{
 		{name: "stdin, -q", args: []string{"-q", "-"}, stdin: updateLog, exit: 0, stdout: []string{`"request_id":"r2"`}},
 		{name: "rejected lines", args: []string{"{badlog}"}, exit: 3, stderr: []string{"line 14", "1 update(s) rejected"}},
 		{name: "a directory", args: []string{"{tmp}"}, exit: 1, stderr: []string{"is a directory, not an update log"}},
+		{name: "gzip file", args: []string{"{gzlog}"}, exit: 0, stdout: []string{`"request_id":"r1"`, `"request_id":"r2"`}, stderr: []string{"p50"}},
+		{name: "gzip stdin", args: []string{"-q", "-"}, stdin: string(gzipMembers(updateLog[:300], updateLog[300:])), exit: 0, stdout: []string{`"request_id":"r2"`}},
+		{
+			// What was read before the damage is printed and summed up;
+			// the status says the input could not be read.
+			name: "truncated gzip", args: []string{"{badgz}"}, exit: 1, stdout: []string{`"request_id":"r1"`, `"request_id":"r2"`},
+			stderr: []string{"requests: 2", "gzip-compressed input truncated or corrupt", "unexpected EOF"},
+		},
 		{
 			name: "-grace, -hold: the log's own clock", args: []string{"-grace", "100ms", "-hold", "100ms", "{log}"}, exit: 0,
 			// Timestamps from 2023, an hour apart from nothing: a replay
@@ -342,6 +365,10 @@ func (b *backends) vars(t *testing.T, c *flagCase) vars {
 	os.WriteFile(v["log"], []byte(updateLog), 0o600)
 	os.WriteFile(v["badlog"], []byte(updateLog+`{"request_id":"r3","type":"QUEUED"}`+"\n"), 0o600)
 	os.WriteFile(v["token"], []byte("flag-token\n"), 0o600)
+	v["gzlog"], v["badgz"] = filepath.Join(dir, "updates.jsonl.gz"), filepath.Join(dir, "bad.jsonl.gz")
+	gzlog := gzipMembers(updateLog[:300], updateLog[300:])
+	os.WriteFile(v["gzlog"], gzlog, 0o600)
+	os.WriteFile(v["badgz"], append(gzlog, gzipMembers(updateLog)[:30]...), 0o600)
 	all := strings.Join(c.args, " ")
 	b.mu.Lock()
 	defer b.mu.Unlock()
