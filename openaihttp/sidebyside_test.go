@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +69,10 @@ const (
 	// one in 512 bytes (the CPU figures of such a run are not the
 	// proxy's own: sampling that often costs CPU).
 	sbsMemProfileEnv = "OPENAIHTTP_SBS_MEMPROFILE"
+	// sbsTraceEnv does the same for an execution trace (`go tool trace`),
+	// suffixed with the export mode and the proxy: where goroutines wake
+	// one another, which a CPU profile does not show.
+	sbsTraceEnv = "OPENAIHTTP_SBS_TRACE"
 	// sbsEnvEnv adds comma-separated VAR=value settings to the llmtrace
 	// proxy's environment in export=otlp (e.g. OTEL_METRICS_EXPORTER=none).
 	sbsEnvEnv = "OPENAIHTTP_SBS_ENV"
@@ -126,6 +131,16 @@ func sbsServe(mode, upstream string) error {
 			return err
 		}
 		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	if path := os.Getenv(sbsTraceEnv); path != "" {
+		f, err := os.Create(path + "." + mode)
+		if err != nil {
+			return err
+		}
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer func() { trace.Stop(); _ = f.Close() }()
 	}
 	if path := os.Getenv(sbsMemProfileEnv); path != "" {
 		f, err := os.Create(path)
@@ -643,6 +658,9 @@ func sbsChildEnv(mode, export, receiver string) []string {
 		if path := os.Getenv(name); path != "" {
 			env = append(env, name+"="+path+"."+export+"."+mode)
 		}
+	}
+	if path := os.Getenv(sbsTraceEnv); path != "" {
+		env = append(env, sbsTraceEnv+"="+path+"."+export)
 	}
 	if mode == "reverseproxy" {
 		return env
