@@ -217,7 +217,7 @@ func (t *Tracker) applyKind(r *reqState, u *Update, ns int64, prev Kind) {
 	case KindPrefilling:
 		t.applyPrefill(r, u, ns, prev == KindPrefilling)
 	case KindDecoding:
-		r.sh.genTok.Add(t.decoded(r, u.NumNewTokens, ns, u.step, u.batch))
+		r.sh.genTok.Add(t.decoded(r, decodeTokens(u.NumNewTokens, u.NumDraftTokens, u.NumAcceptedTokens), ns, u.step, u.batch))
 		if u.NumDraftTokens > 0 {
 			t.specStep(r, u.NumDraftTokens, u.NumAcceptedTokens)
 		}

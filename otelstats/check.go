@@ -111,7 +111,7 @@ func checkDecoding(u *Update, side Side) *RejectError {
 }
 
 // checkSpec is checkDecoding's speculative part (Step's fast path checks
-// the same in validSpec); newTokens 0 means 1.
+// the same in validSpec); newTokens 0 is decodeTokens' default.
 func checkSpec(u *Update, side Side, newTokens, draft, accepted int) *RejectError {
 	if draft == 0 && accepted == 0 {
 		return nil
@@ -123,11 +123,32 @@ func checkSpec(u *Update, side Side, newTokens, draft, accepted int) *RejectErro
 		return reject(u, side, ReasonAcceptedExceedsDraft,
 			strconv.Itoa(accepted)+" accepted > "+strconv.Itoa(draft)+" draft tokens")
 	}
-	if accepted > max(newTokens, 1) {
+	n := decodeTokens(newTokens, draft, accepted)
+	if accepted > n {
 		return reject(u, side, ReasonAcceptedExceedsNewTokens,
-			strconv.Itoa(accepted)+" accepted > "+strconv.Itoa(max(newTokens, 1))+" new tokens")
+			strconv.Itoa(accepted)+" accepted > "+strconv.Itoa(n)+" new tokens")
+	}
+	if n > maxNewTokensStep {
+		// The default, accepted + 1, is bounded as a given count is.
+		return reject(u, side, ReasonAbsurdCount, "num_accepted_tokens + 1 is "+strconv.Itoa(n))
 	}
 	return nil
+}
+
+// decodeTokens is how many tokens a DECODING yielded: newTokens when the
+// engine gave them; without them, in a speculative step (draft > 0), the
+// accepted draft tokens and the target's own one, accepted + 1, as a vLLM
+// or SGLang step yields (a 1 there would count tokens short and reject
+// every step that accepted two or more, by accepted ≤ new tokens, SPEC §8);
+// else one.
+func decodeTokens(newTokens, draft, accepted int) int {
+	switch {
+	case newTokens > 0:
+		return newTokens
+	case draft > 0:
+		return accepted + 1
+	}
+	return 1
 }
 
 func checkDetokenized(u *Update, side Side) *RejectError {

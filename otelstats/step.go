@@ -62,13 +62,14 @@ type Decoded struct {
 // SpecDecoded is a request that produced output tokens in a speculative
 // step (a DECODING with a draft, SPEC §8): the draft proposed DraftTokens,
 // the target accepted the first AcceptedTokens of them, and the step
-// yielded NewTokens (the accepted ones and the target's own). It is a list
+// yielded NewTokens (the accepted ones and the target's own; 0 means
+// AcceptedTokens + 1, what such a step yields). It is a list
 // of its own, not fields of Decoded, so that the decode tokens of engines
 // that do not speculate pay nothing for it.
 type SpecDecoded struct {
 	Req                         *Request // when set, names the request; RequestID is ignored
 	RequestID                   string
-	NewTokens                   int // 0 means 1
+	NewTokens                   int // 0 means AcceptedTokens + 1
 	DraftTokens, AcceptedTokens int
 }
 
@@ -207,7 +208,7 @@ func (t *Tracker) stepSpec(s *Step, fast bool, ns, now, step int64, batch int32,
 			r := q.r
 			r.mu.Lock()
 			if r.claimDecode(ns, now) {
-				gen += t.decoded(r, e.NewTokens, ns, step, batch)
+				gen += t.decoded(r, decodeTokens(e.NewTokens, e.DraftTokens, e.AcceptedTokens), ns, step, batch)
 				t.specStep(r, e.DraftTokens, e.AcceptedTokens)
 				seen = true
 				r.mu.Unlock()
@@ -318,6 +319,9 @@ func (t *Tracker) stepDecoded(s *Step, u *Update, q *Request, ns, step int64, ba
 // validSpec reports whether a speculative entry breaks none of SPEC §8's
 // rules, for the fast path; the general path names the rule it breaks.
 func validSpec(e *SpecDecoded) bool {
-	return e.DraftTokens > 0 && e.DraftTokens <= MaxTokenCount && e.AcceptedTokens >= 0 &&
-		e.AcceptedTokens <= e.DraftTokens && e.AcceptedTokens <= max(e.NewTokens, 1)
+	if e.DraftTokens <= 0 || e.DraftTokens > MaxTokenCount || e.AcceptedTokens < 0 || e.AcceptedTokens > e.DraftTokens {
+		return false
+	}
+	n := decodeTokens(e.NewTokens, e.DraftTokens, e.AcceptedTokens)
+	return e.AcceptedTokens <= n && n <= maxNewTokensStep
 }

@@ -178,7 +178,8 @@ func (p *SamplingParams) IsZero() bool {
 //	ENCODED          EncoderCacheHit (optional)
 //	PREFILLING       NumComputedTokens, NumCachedTokens
 //	PREEMPTED        —
-//	DECODING         NumNewTokens (0 means 1); NumDraftTokens and
+//	DECODING         NumNewTokens (0 means 1, in a speculative step
+//	                 NumAcceptedTokens + 1); NumDraftTokens and
 //	                 NumAcceptedTokens of a speculative step (optional)
 //	DETOKENIZED      NumNewTokens (0 is a delivery without tokens), Busy
 //	FINISHED         FinishReason (required), ErrorType (optional),

@@ -190,6 +190,7 @@
 //	  0x02 num_computed_tokens  required on PREFILLING
 //	  0x03 num_cached_tokens    required on PREFILLING
 //	  0x04 num_new_tokens       required on DETOKENIZED; DECODING: default 1
+//	                            (num_accepted_tokens + 1 with 0x09)
 //	  0x05 busy_ns              detokenizer busy time of a delivery
 //	  0x06 num_output_tokens    the frontend's FINISHED: an output in one piece
 //	  0x07 num_remote_tokens    required on REMOTE_KV_READY

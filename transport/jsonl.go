@@ -36,11 +36,12 @@ import (
 // model, operation, scope; num_prompt_tokens (required on INPUT_PROCESSED;
 // optional on FINISHED); num_computed_tokens and num_cached_tokens (required
 // on PREFILLING); num_new_tokens (required on DETOKENIZED, default 1 on
-// DECODING); busy_time_s; finish_reason (required on FINISHED); error_type;
-// num_output_tokens (optional on the frontend's FINISHED: an output
-// delivered in one piece); sampling params either nested in
-// "sampling_params" or at the top level (temperature, top_p, top_k,
-// max_tokens, seed, n, frequency_penalty, presence_penalty, stop). SPEC
+// DECODING, num_accepted_tokens + 1 on a speculative one); busy_time_s;
+// finish_reason (required on FINISHED); error_type; num_output_tokens
+// (optional on the frontend's FINISHED: an output delivered in one piece);
+// sampling params either nested in "sampling_params" or at the top level
+// (temperature, top_p, top_k, max_tokens, seed, n, frequency_penalty,
+// presence_penalty, stop). SPEC
 // §7–9 add pd_role and lora_adapter (ARRIVED); kv_source (required) and
 // num_remote_tokens (REMOTE_KV_WAIT); num_remote_tokens (required), kv_bytes
 // and kv_status (REMOTE_KV_READY); num_draft_tokens and num_accepted_tokens
@@ -589,7 +590,10 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	w.num("num_prompt_tokens", u.NumPromptTokens, k == otelstats.KindInputProcessed || u.NumPromptTokens > 0)
 	w.num("num_computed_tokens", u.NumComputedTokens, k == otelstats.KindPrefilling)
 	w.num("num_cached_tokens", u.NumCachedTokens, k == otelstats.KindPrefilling)
-	w.num("num_new_tokens", max(u.NumNewTokens, 1), k == otelstats.KindDecoding)
+	// A speculative step without a count is left without one: the
+	// reader's default is then the tracker's, accepted + 1; a written 1
+	// would be taken as given and rejected (accepted ≤ num_new_tokens).
+	w.num("num_new_tokens", max(u.NumNewTokens, 1), k == otelstats.KindDecoding && (u.NumNewTokens > 0 || u.NumDraftTokens == 0))
 	w.num("num_new_tokens", u.NumNewTokens, k == otelstats.KindDetokenized)
 	w.num("num_output_tokens", u.NumOutputTokens, u.NumOutputTokens > 0)
 	w.num("num_remote_tokens", u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || u.NumRemoteTokens > 0)
