@@ -603,8 +603,11 @@ func (c *Collector) Handler() http.Handler {
 
 // serveUpdates answers 202 with the body's StreamStats as JSON; 413 when the
 // body exceeds MaxBody (what came before the limit is recorded), 401 when
-// the token is required and missing or wrong, 400 for a body that is
-// neither encoding, 405 for anything but POST.
+// the token is required and missing or wrong, 408 when the body stalled
+// past the server's ReadTimeout (what came before is recorded; only an
+// HTTP/2 stream hears it, as HTTP/1.1's read deadline cuts the whole
+// connection), 400 for a body that is neither encoding, 405 for anything
+// but POST.
 func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -634,6 +637,8 @@ func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusUnauthorized
 	case errors.As(st.Err, &mbe):
 		code = http.StatusRequestEntityTooLarge
+	case st.TimedOut > 0:
+		code = http.StatusRequestTimeout
 	case st.Garbage > 0:
 		code = http.StatusBadRequest
 	}

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/llmtrace/llmtrace/internal/httpproto"
 )
 
 // Defaults of a Server's HTTP limits.
@@ -147,6 +149,7 @@ func (s *Server) listen() error {
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnContext:       connSlot,
+		Protocols:         httpproto.Cleartext(),
 	}
 	return nil
 }

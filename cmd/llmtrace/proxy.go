@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmtrace/llmtrace/internal/connlimit"
 	"github.com/llmtrace/llmtrace/internal/debugsrv"
+	"github.com/llmtrace/llmtrace/internal/httpproto"
 	"github.com/llmtrace/llmtrace/internal/spanlog"
 	"github.com/llmtrace/llmtrace/openaihttp"
 	"github.com/llmtrace/llmtrace/otelconf"
@@ -242,7 +243,7 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	var handlers inFlight
 	srv := &http.Server{Handler: handlers.wrap(p), ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout,
 		IdleTimeout: orNone(c.idleTimeout), MaxHeaderBytes: c.maxHeaderBytes, ConnState: l.ConnState,
-		BaseContext: func(net.Listener) context.Context { return base }}
+		BaseContext: func(net.Listener) context.Context { return base }, Protocols: httpproto.Cleartext()}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(l) }()
 	var msrv *http.Server
