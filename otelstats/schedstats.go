@@ -106,10 +106,13 @@ type Stats struct {
 	// §8): tokens drafted and accepted, and speculative steps.
 	SpecDrafted, SpecAccepted, SpecSteps int64
 	// KV transfers of the requests finished in the interval (SPEC §7): how
-	// many, how many failed, their bytes and their summed time.
+	// many, how many failed, their bytes and their summed time. KVBytesTime
+	// sums the time of those that reported their bytes (kv_bytes is
+	// optional), over which the line's MB/s is taken.
 	KVTransfers, KVFailures int64
 	KVBytes                 int64
 	KVTime                  time.Duration
+	KVBytesTime             time.Duration
 }
 
 func (s Stats) String() string {
@@ -131,12 +134,13 @@ func (s Stats) String() string {
 			100*float64(s.SpecAccepted)/float64(s.SpecDrafted), 1+float64(s.SpecAccepted)/float64(s.SpecSteps))
 	}
 	if s.KVTransfers > 0 {
-		mbps := 0.0
-		if s.KVTime > 0 {
-			mbps = float64(s.KVBytes) / 1e6 / s.KVTime.Seconds()
+		line += fmt.Sprintf(", KV transfer: %d transfers (%d failed), avg %.1f ms",
+			s.KVTransfers, s.KVFailures, float64(s.KVTime)/1e6/float64(s.KVTransfers))
+		if s.KVBytes > 0 && s.KVBytesTime > 0 {
+			// Only the transfers that reported their bytes: one that
+			// did not would make the rate a mix of sizes and zeros.
+			line += fmt.Sprintf(", %.1f MB/s", float64(s.KVBytes)/1e6/s.KVBytesTime.Seconds())
 		}
-		line += fmt.Sprintf(", KV transfer: %d transfers (%d failed), avg %.1f ms, %.1f MB/s",
-			s.KVTransfers, s.KVFailures, float64(s.KVTime)/1e6/float64(s.KVTransfers), mbps)
 	}
 	return line
 }
@@ -175,6 +179,9 @@ func (l *statsLog) addServing(s *RequestStats) {
 		v.KVTransfers++
 		v.KVBytes += s.KVTransferBytes
 		v.KVTime += s.KVTransferDuration.Value
+		if s.KVTransferBytes > 0 {
+			v.KVBytesTime += s.KVTransferDuration.Value
+		}
 		if s.KVTransferFailed {
 			v.KVFailures++
 		}
@@ -279,6 +286,7 @@ func (l *statsLog) snapshot(ns int64) Stats {
 		KVFailures:           l.serving.KVFailures,
 		KVBytes:              l.serving.KVBytes,
 		KVTime:               l.serving.KVTime,
+		KVBytesTime:          l.serving.KVBytesTime,
 	}
 	l.serving = Stats{}
 	var q, h int64

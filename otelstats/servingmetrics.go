@@ -48,7 +48,9 @@ func (in *servingInstruments) record(sc trace.SpanContext, s *RequestStats, posi
 			in.kvDuration.Record(exemplarContext(sc), s.KVTransferDuration.Value.Seconds(), as.baseRec...)
 		}
 		in.kvTokens.Add(bg, int64(s.NumRemoteTokens), as.baseAdd...)
-		in.kvBytes.Add(bg, s.KVTransferBytes, as.baseAdd...)
+		if s.KVTransferBytes > 0 { // kv_bytes is optional: nothing to add when unreported
+			in.kvBytes.Add(bg, s.KVTransferBytes, as.baseAdd...)
+		}
 		if s.KVTransferFailed {
 			in.kvFailures.Add(bg, 1, as.baseAdd...)
 		}

@@ -93,6 +93,8 @@ type RequestStats struct {
 	// the KV* fields and NumRemoteTokens describe a decode instance's
 	// transfer (KVTransferDuration: REMOTE_KV_READY − REMOTE_KV_WAIT,
 	// absent without a transfer, or while it never completed).
+	// KVTransferBytes is REMOTE_KV_READY's kv_bytes, 0 when it reported
+	// none (then absent from the JSON, the span and the byte counter).
 	PDRole             string
 	KVSource           string
 	KVTransferDuration Latency
@@ -252,7 +254,9 @@ func (s *RequestStats) appendServing(dst []byte) []byte {
 		dst = appendStr(dst, "kv_source", s.KVSource, false)
 		dst = appendLatency(dst, "kv_transfer_duration_s", s.KVTransferDuration)
 		dst = appendInt(dst, "num_remote_tokens", s.NumRemoteTokens)
-		dst = appendInt(dst, "kv_transfer_bytes", int(s.KVTransferBytes))
+		if s.KVTransferBytes > 0 { // absent when REMOTE_KV_READY reported none
+			dst = appendInt(dst, "kv_transfer_bytes", int(s.KVTransferBytes))
+		}
 		dst = appendBool(dst, "kv_transfer_failed", s.KVTransferFailed)
 	}
 	dst = appendLatency(dst, "pd_prefill_duration_s", s.PDPrefillDuration)

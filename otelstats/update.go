@@ -214,8 +214,9 @@ type Update struct {
 	// Disaggregated prefill/decode (SPEC §7). PDRole, on ARRIVED, is
 	// PDRolePrefill or PDRoleDecode ("" for a unified instance); KVSource
 	// names the instance the KV cache comes from; NumRemoteTokens counts
-	// the prompt tokens whose KV arrived; KVStatus is KVStatusOK (the
-	// default when empty) or KVStatusFailed.
+	// the prompt tokens whose KV arrived; KVBytes their size, 0 when not
+	// reported; KVStatus is KVStatusOK (the default when empty) or
+	// KVStatusFailed.
 	PDRole          string
 	KVSource        string
 	NumRemoteTokens int
@@ -239,7 +240,8 @@ type Update struct {
 	Parent trace.SpanContext
 
 	// Multimodal encoding (SPEC §9): NumItems (required on ENCODING) and
-	// NumEncoderTokens of an encoder run; EncoderCacheHit on ENCODED.
+	// NumEncoderTokens (0: not reported) of an encoder run; EncoderCacheHit
+	// on ENCODED.
 	NumItems         int
 	NumEncoderTokens int
 	EncoderCacheHit  bool

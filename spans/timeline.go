@@ -85,15 +85,16 @@ type KVTransfer struct {
 	Wait, Ready int64 // REMOTE_KV_WAIT, REMOTE_KV_READY (0: never came)
 	Source      string
 	Tokens      int
-	Bytes       int64
+	Bytes       int64 // 0: not reported, and the span has no llm.kv_transfer.bytes
 	Failed      bool
 }
 
 // Encode is one multimodal encoder run.
 type Encode struct {
-	Start, End    int64
-	Items, Tokens int
-	CacheHit      bool
+	Start, End int64
+	Items      int
+	Tokens     int // 0: not reported, and the span has no llm.encode.tokens
+	CacheHit   bool
 }
 
 // StepEvent is one engine step that produced tokens for the request.

@@ -81,8 +81,12 @@ func Build(tl *Timeline, dst *Tree) {
 	b.runs(tl)
 	for _, e := range tl.Encodes {
 		s := b.child(attributes.SpanEncode, e.Start, e.End)
-		s.Attrs = append(s.Attrs, attributes.EncodeItems.Int(e.Items), attributes.EncodeTokens.Int(e.Tokens),
-			attributes.EncodeCacheHit.Bool(e.CacheHit))
+		s.Attrs = append(s.Attrs, attributes.EncodeItems.Int(e.Items), attributes.EncodeCacheHit.Bool(e.CacheHit))
+		if e.Tokens > 0 {
+			// num_encoder_tokens is optional: 0 would claim a count
+			// nobody reported (SPEC §2).
+			s.Attrs = append(s.Attrs, attributes.EncodeTokens.Int(e.Tokens))
+		}
 	}
 	if d := tl.Detokenize; d != nil {
 		s := b.child(attributes.SpanDetokenize, d.First, d.Last)
@@ -142,8 +146,11 @@ func (b *builder) firstWait(tl *Timeline) {
 		ready = b.engineEnd
 	}
 	s := b.child(attributes.SpanKVTransfer, kv.Wait, ready)
-	s.Attrs = append(s.Attrs, attributes.KVTransferTokens.Int(kv.Tokens), attributes.KVTransferBytes.Int64(kv.Bytes),
-		attributes.KVTransferSource.String(kv.Source))
+	s.Attrs = append(s.Attrs, attributes.KVTransferTokens.Int(kv.Tokens), attributes.KVTransferSource.String(kv.Source))
+	if kv.Bytes > 0 {
+		// kv_bytes is optional: absent when not reported, not 0 B.
+		s.Attrs = append(s.Attrs, attributes.KVTransferBytes.Int64(kv.Bytes))
+	}
 	if kv.Failed {
 		s.Attrs = append(s.Attrs, attributes.ErrorType.String(attributes.ErrorKVTransferFailed))
 		s.Status, s.StatusDesc = codes.Error, attributes.ErrorKVTransferFailed
