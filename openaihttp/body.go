@@ -154,11 +154,14 @@ func (b *scanBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *scanBody) timedOut() bool {
+func (b *scanBody) timedOut() bool { return b.sawTimeout() || probeTimeout(b.rest) }
+
+// sawTimeout reports whether a read of the body has hit a deadline,
+// without reading (a live request's body may block).
+func (b *scanBody) sawTimeout() bool {
 	b.mu.Lock()
-	t := b.timeout
-	b.mu.Unlock()
-	return t || probeTimeout(b.rest)
+	defer b.mu.Unlock()
+	return b.timeout
 }
 
 // Close is the transport's: it will read no more.

@@ -567,6 +567,46 @@ func TestProxySlowBodyIs408(t *testing.T) {
 	}
 }
 
+// Over HTTP/2 the server's ReadTimeout fails a slow body's stream alone,
+// the request still live: the client is told 408 all the same (not 504, as
+// if the upstream were slow), on a connection that stays open for its
+// other streams.
+func TestProxySlowBodyIs408OverHTTP2(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.WriteHeader(400)
+	})
+	h := newHarness(t, up, nil)
+	srv := httptest.NewUnstartedServer(h.p)
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &protos
+	srv.Start()
+	defer srv.Close()
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: &http.Transport{Protocols: &h2c}}
+	defer client.CloseIdleConnections()
+	for _, path := range []string{"/v1/chat/completions", "/v1/audio/speech"} {
+		pr, pw := io.Pipe()
+		go func() { _, _ = io.WriteString(pw, `{"model":"m",`) }() // and nothing more
+		resp, err := client.Post(srv.URL+path, "application/json", pr)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		resp.Body.Close()
+		pw.Close()
+		if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get("Connection") != "" {
+			t.Errorf("%s: HTTP/%d %d, Connection %q; want HTTP/2 408 and no Connection header", path, resp.ProtoMajor, resp.StatusCode, resp.Header.Get("Connection"))
+		}
+	}
+	if s := h.waitStats(1)[0]; s.FinishReason != otelstats.FinishError || s.ErrorType != "408" || s.Model != "m" {
+		t.Errorf("finish %q error.type %q model %q; want error, 408", s.FinishReason, s.ErrorType, s.Model)
+	}
+}
+
 // The proxy captures content only when the tracker does (SPEC §6): the
 // prompt from the body as it streams upstream, the completion from the
 // stream.

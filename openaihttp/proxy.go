@@ -204,9 +204,16 @@ type callKey struct{}
 // wrapper.
 type bodyKey struct{}
 
+// timeoutReader is a client's body as the proxy reads it, telling whether
+// reading it hit the server's deadline.
+type timeoutReader interface {
+	timedOut() bool
+	sawTimeout() bool
+}
+
 // bodyOf is the client's body as the proxy reads it, if any: a traced
 // request's scanBody, an untraced one's timeoutBody.
-func bodyOf(r *http.Request) interface{ timedOut() bool } {
+func bodyOf(r *http.Request) timeoutReader {
 	if c, _ := r.Context().Value(callKey{}).(*call); c != nil {
 		if c.body != nil {
 			return c.body
@@ -335,18 +342,23 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 		errType, code = ErrorTimeout, http.StatusGatewayTimeout
 	}
-	if r.Context().Err() != nil {
-		if tb := bodyOf(r); tb != nil && tb.timedOut() {
-			// The server ended the request on a read deadline: the client
-			// was too slow to send its body (ReadTimeout), and is told so
-			// rather than answered 200 with nothing.
-			w.Header().Set("Connection", "close")
-			w.WriteHeader(http.StatusRequestTimeout)
-			if c, _ := r.Context().Value(callKey{}).(*call); c != nil {
-				c.ex.cut = strconv.Itoa(http.StatusRequestTimeout) // the server's doing, not the client leaving
-			}
+	// The server ended the request on a read deadline: the client was too
+	// slow to send its body (ReadTimeout), and is told so rather than
+	// answered 200 with nothing, or 504 as if the upstream were slow. An
+	// HTTP/1 server cancels the request then; an HTTP/2 one fails the
+	// stream's body alone, the request still live.
+	if tb := bodyOf(r); tb != nil && (tb.sawTimeout() || r.Context().Err() != nil && tb.timedOut()) {
+		if r.ProtoMajor < 2 {
+			w.Header().Set("Connection", "close") // HTTP/2 would close every stream of the connection
 		}
-		return // else the client is gone (and the call cancelled): an abort, nobody to answer
+		w.WriteHeader(http.StatusRequestTimeout)
+		if c, _ := r.Context().Value(callKey{}).(*call); c != nil {
+			c.ex.cut = strconv.Itoa(http.StatusRequestTimeout) // the server's doing, not the client leaving
+		}
+		return
+	}
+	if r.Context().Err() != nil {
+		return // the client is gone (and the call cancelled): an abort, nobody to answer
 	}
 	if c, _ := r.Context().Value(callKey{}).(*call); c != nil && c.upErr == "" {
 		c.upErr, c.upErrAt = errType, time.Now()
@@ -584,6 +596,10 @@ func (b *timeoutBody) Read(p []byte) (int, error) {
 }
 
 func (b *timeoutBody) timedOut() bool { return b.timeout.Load() || probeTimeout(b.ReadCloser) }
+
+// sawTimeout reports whether a read of the body has hit a deadline,
+// without reading (a live request's body may block).
+func (b *timeoutBody) sawTimeout() bool { return b.timeout.Load() }
 
 // probeTimeout reports whether reading r fails on a deadline: it tells a
 // client too slow to send its body (the server's ReadTimeout passed; the
