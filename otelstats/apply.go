@@ -234,7 +234,7 @@ func (t *Tracker) applyKind(r *reqState, u *Update, ns int64, prev Kind) {
 	case KindEncoding:
 		r.ext().encoder().begin(ns, u.NumItems, u.NumEncoderTokens)
 	case KindEncoded:
-		r.extra.enc.end(r.encEnd(ns), u.EncoderCacheHit)
+		r.extra.enc.end(r.encEnd(ns), r.arrived, u.EncoderCacheHit)
 	}
 }
 

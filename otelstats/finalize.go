@@ -366,12 +366,13 @@ func (r *reqState) serving(s *RequestStats, end, first int64) {
 	}
 	if e := x.enc; e != nil {
 		if e.open {
-			e.closeAt(r.encEnd(r.enEnd()))
+			e.closeAt(r.encEnd(r.enEnd()), r.arrived)
 		}
 		if e.n > 0 {
 			// The runs that have spans count as their llm.encode spans
-			// do, clamped into the root; later ones as reported.
-			total := e.total
+			// do, clamped into the root; later ones clamped too, as
+			// far as what was kept of them tells.
+			total := e.overflow(max(end, r.arrived))
 			for _, er := range e.runs {
 				total += r.inRoot(er.end, end) - r.inRoot(er.start, end)
 			}

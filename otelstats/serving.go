@@ -35,7 +35,8 @@ func (t *Tracker) kvReady(r *reqState, u *Update, ns int64) {
 }
 
 // maxEncodeRuns bounds the encoder runs kept per request for spans; later
-// runs still add to the request's encode time.
+// runs still add to the request's encode time, clamped into the root as
+// far as what is kept of them tells (encState.overflow).
 const maxEncodeRuns = 8
 
 // encRun is one encoder run.
@@ -50,9 +51,15 @@ type encState struct {
 	runs  []encRun // at most maxEncodeRuns
 	open  bool
 	start int64 // of the open run
-	total int64 // ns, the closed runs past maxEncodeRuns (runs has the others)
-	n     int32 // runs, all of them
-	cur   encRun
+	// total sums the closed runs past maxEncodeRuns (runs has the others),
+	// each from ARRIVED on; overStart is the first one's start, prevEnd
+	// the end of the one before the last (the last one's start when there
+	// is one), lastStart and lastEnd the last one's, all from ARRIVED on.
+	// The request's end is not known yet: overflow clamps them to it.
+	total, overStart, prevEnd, lastStart, lastEnd int64
+
+	n   int32 // runs, all of them
+	cur encRun
 }
 
 func (x *reqExtra) encoder() *encState {
@@ -72,15 +79,36 @@ func (e *encState) begin(ns int64, items, tokens int) {
 	e.cur = encRun{start: ns, items: int32(items), tokens: int32(tokens)}
 }
 
-func (e *encState) end(ns int64, hit bool) {
+// end closes the open run at ns; arrived is the request's ARRIVED.
+func (e *encState) end(ns, arrived int64, hit bool) {
 	e.open = false
 	e.cur.end, e.cur.hit = ns, hit
 	e.n++
 	if len(e.runs) < maxEncodeRuns {
 		e.runs = append(e.runs, e.cur)
-	} else {
-		e.total += ns - e.cur.start
+		return
 	}
+	s, f := max(e.cur.start, arrived), max(ns, arrived)
+	if e.n == maxEncodeRuns+1 {
+		e.overStart, e.lastEnd = s, s
+	}
+	e.prevEnd, e.lastStart, e.lastEnd = e.lastEnd, s, f
+	e.total += f - s
+}
+
+// overflow is the time of the runs past maxEncodeRuns within the root
+// ending at hi (their part before ARRIVED was left out as they closed).
+// Runs of one side come in time order, so what lies past hi is the tail:
+// exact when no run or only the last one ends past hi; else at most the
+// time from the first of them to hi.
+func (e *encState) overflow(hi int64) int64 {
+	switch {
+	case e.n <= maxEncodeRuns || e.lastEnd <= hi:
+		return e.total
+	case e.prevEnd <= hi:
+		return e.total - (e.lastEnd - max(e.lastStart, hi))
+	}
+	return min(e.total, max(hi-e.overStart, 0))
 }
 
 // encEnd is when the open encoder run ends that its ENCODED, or the
@@ -100,9 +128,9 @@ func (r *reqState) encEnd(ns int64) int64 {
 }
 
 // closeAt ends an open run when the request ends without its ENCODED.
-func (e *encState) closeAt(ns int64) {
+func (e *encState) closeAt(ns, arrived int64) {
 	if e.open {
-		e.end(max(ns, e.start), false)
+		e.end(max(ns, e.start), arrived, false)
 	}
 }
 
