@@ -44,6 +44,7 @@ type proxyConfig struct {
 	serverTiming          bool
 	stall                 openaihttp.StallPolicy
 	models                []string
+	routes                []route
 	modelsWait            time.Duration
 	statsOut, spansOut    string
 	statsLog, drain       time.Duration
@@ -99,12 +100,17 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 	fs.DurationVar(&c.transport.ResponseHeaderTimeout, "upstream-header-timeout", openaihttp.DefaultResponseHeaderTimeout,
 		"how long the upstream may take to send its response headers (a response that is not streamed sends them when it is done)")
 	fs.DurationVar(&c.transport.DialTimeout, "upstream-dial-timeout", openaihttp.DefaultDialTimeout, "how long connecting to the upstream may take")
+	fs.Func("route", "trace POST requests to the path of `PATH=OPERATION` as chat, text_completion or embeddings (PATH= stops tracing it); may be given more than once", func(s string) error {
+		r, err := parseRoute(s)
+		c.routes = append(c.routes, r)
+		return err
+	})
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: llmtrace proxy -upstream URL [-listen ADDR] [flags]\n\n"+
 			"Proxies every request to the upstream, streaming bodies both ways without holding them.\n"+
-			"POST /v1/chat/completions, /v1/completions, /v1/responses and /v1/embeddings\n"+
-			"become traces and metrics (OTLP when OTEL_* is set); the traceparent sent\n"+
-			"upstream puts the engine's own spans into the same trace.\n\nflags:")
+			"POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings\n"+
+			"and each -route become traces and metrics (OTLP when OTEL_* is set); the\n"+
+			"traceparent sent upstream puts the engine's own spans into the same trace.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	return fs, func() (*proxyConfig, error) {
@@ -352,6 +358,9 @@ func (c *proxyConfig) proxyOptions(prov *otelconf.Providers, t http.RoundTripper
 	}
 	if c.public {
 		opts = append(opts, openaihttp.WithPublicEndpoint())
+	}
+	for _, r := range c.routes {
+		opts = append(opts, openaihttp.WithRoute(r.path, r.operation))
 	}
 	if sp, res, ok := prov.SpanExport(); ok {
 		// The proxy's spans straight to the export, as the tracker's.

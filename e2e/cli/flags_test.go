@@ -306,6 +306,37 @@ var cases = map[string][]flagCase{
 			},
 		},
 		{
+			// An added path is traced (an upstream 404 is still a traced
+			// request); a removed one passes untraced.
+			name: "-route", ready: "msg=proxying",
+			args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-models", "toy", "-stats-log", "0", "-stats-out", "{tmp}/s.jsonl",
+				"-route", "/v2/chat/=chat", "-route", "/v1/completions="},
+			interact: func(t *testing.T, v vars, _ *proc) {
+				if code := post(t, "http://"+v["addr"]+"/v2/chat", "application/json", []byte(chatBody)); code != 404 {
+					t.Errorf("/v2/chat through the proxy: %d, want the upstream's 404", code)
+				}
+				if code := post(t, "http://"+v["addr"]+"/v1/completions", "application/json", []byte(`{"model":"toy","prompt":"hi","max_tokens":2}`)); code != 200 {
+					t.Errorf("/v1/completions through the proxy: %d", code)
+				}
+				chat(t, "http://"+v["addr"])
+			},
+			check: func(t *testing.T, v vars, _, _ string) {
+				b, err := os.ReadFile(v["tmp"] + "/s.jsonl")
+				if err != nil {
+					t.Fatal(err)
+				}
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				if len(lines) != 2 || !strings.Contains(lines[0], `"error_type":"404"`) || !strings.Contains(lines[1], `"finish_reason":"stop"`) ||
+					strings.Contains(string(b), "text_completion") {
+					t.Errorf("want the /v2/chat 404 and the chat traced, the completion not:\n%s", b)
+				}
+			},
+		},
+		{name: "-route without an operation", args: []string{"-upstream", "{upstream}", "-route", "/chat/completions"}, exit: 2,
+			stderr: []string{"invalid value", "want PATH=OPERATION"}},
+		{name: "-route of an unknown operation", args: []string{"-upstream", "{upstream}", "-route", "/generate=generate"}, exit: 2,
+			stderr: []string{"one of chat, text_completion, embeddings"}},
+		{
 			// Silent connections fill the cap; a client is still served,
 			// closing the oldest, and the exit says what they cost.
 			name: "-max-conns", ready: "msg=proxying",
