@@ -539,13 +539,7 @@ func TestConstructors(t *testing.T) {
 // the request ends as the 408 it got: the server's cut, not the client
 // leaving (an abort would count it among the clients that gave up).
 func TestProxySlowBodyIs408(t *testing.T) {
-	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		w.WriteHeader(400)
-	})
-	h := newHarness(t, up, nil)
-	srv := httptest.NewUnstartedServer(h.p)
-	srv.Config.ReadTimeout = 300 * time.Millisecond
+	h, srv := slowBodyServer(t, nil)
 	srv.Config.IdleTimeout = time.Minute
 	srv.Start()
 	defer srv.Close()
@@ -567,11 +561,9 @@ func TestProxySlowBodyIs408(t *testing.T) {
 	}
 }
 
-// Over HTTP/2 the server's ReadTimeout fails a slow body's stream alone,
-// the request still live: the client is told 408 all the same (not 504, as
-// if the upstream were slow), on a connection that stays open for its
-// other streams.
-func TestProxySlowBodyIs408OverHTTP2(t *testing.T) {
+// slowBodyServer is a proxy, not started, in a server that gives a client
+// 300 ms to send its request, before an upstream that reads the body.
+func slowBodyServer(t *testing.T, protos *http.Protocols) (*harness, *httptest.Server) {
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
 		w.WriteHeader(400)
@@ -579,10 +571,19 @@ func TestProxySlowBodyIs408OverHTTP2(t *testing.T) {
 	h := newHarness(t, up, nil)
 	srv := httptest.NewUnstartedServer(h.p)
 	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Config.Protocols = protos
+	return h, srv
+}
+
+// Over HTTP/2 the server's ReadTimeout fails a slow body's stream alone,
+// the request still live: the client is told 408 all the same (not 504, as
+// if the upstream were slow), on a connection that stays open for its
+// other streams.
+func TestProxySlowBodyIs408OverHTTP2(t *testing.T) {
 	var protos http.Protocols
 	protos.SetHTTP1(true)
 	protos.SetUnencryptedHTTP2(true)
-	srv.Config.Protocols = &protos
+	h, srv := slowBodyServer(t, &protos)
 	srv.Start()
 	defer srv.Close()
 	var h2c http.Protocols
