@@ -106,9 +106,10 @@
 // ReadTimeout and WriteTimeout 1 min, IdleTimeout 2 min and
 // MaxHeaderBytes 64 KiB; a body is cut at Config.MaxBody (32 MiB), answered
 // 413 with what preceded the limit recorded. It speaks HTTP/1.1 and HTTP/2
-// over cleartext with prior knowledge (h2c); an HTTP/2 connection's
-// streams share its slot under MaxConns, and ReadTimeout cuts one stream's
-// stalled body (answered 408), not the connection.
+// over cleartext with prior knowledge (h2c), one stream at a time per
+// HTTP/2 connection, so that MaxConns bounds the bodies read at once as
+// over HTTP/1.1; ReadTimeout cuts one stream's stalled body (answered
+// 408), not the connection.
 //
 // # JSON lines
 //

@@ -150,6 +150,7 @@ func (s *Server) listen() error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnContext:       connSlot,
 		Protocols:         httpproto.Cleartext(),
+		HTTP2:             httpproto.HTTP2(),
 	}
 	return nil
 }

@@ -249,7 +249,7 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	var handlers inFlight
 	srv := &http.Server{Handler: handlers.wrap(p), ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout,
 		IdleTimeout: orNone(c.idleTimeout), MaxHeaderBytes: c.maxHeaderBytes, ConnState: l.ConnState,
-		BaseContext: func(net.Listener) context.Context { return base }, Protocols: httpproto.Cleartext()}
+		BaseContext: func(net.Listener) context.Context { return base }, Protocols: httpproto.Cleartext(), HTTP2: httpproto.HTTP2()}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(l) }()
 	var msrv *http.Server

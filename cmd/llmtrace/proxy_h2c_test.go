@@ -271,6 +271,13 @@ func TestProxyH2CLimits(t *testing.T) {
 		if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
 			t.Errorf("the newcomer at a cap of busy connections got an answer (%d bytes, %v)", n, err)
 		}
+		// Nor does the busy connection carry a second request at once: one
+		// stream a connection (httpproto.HTTP2), so -max-conns bounds the
+		// requests served at once as over HTTP/1.1.
+		if resp2, err := client.Get("http://" + addr + "/v1/models"); err == nil {
+			resp2.Body.Close()
+			t.Errorf("a second request at once over h2c at a cap of one busy connection: %s, want it refused", resp2.Status)
+		}
 		close(release)
 		if rest, err := io.ReadAll(br); err != nil || !strings.Contains(string(rest), "[DONE]") {
 			t.Errorf("the running stream: %q, %v", rest, err)
