@@ -177,68 +177,112 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 }
 
 // serveProxy runs the proxy c describes until ctx ends.
-func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, ready func(addr string)) (err error) {
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	nl, err := net.Listen("tcp", c.listen)
+func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, ready func(addr string)) error {
+	r := &proxyRun{c: c, logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	closeListeners, err := r.listen()
+	defer closeListeners()
 	if err != nil {
-		return fmt.Errorf("-listen: %w", err)
+		return err
 	}
-	l := connlimit.New(nl, c.maxConns)
-	defer l.Close()
-	var ml net.Listener
-	if c.metricsListen != "" {
-		if ml, err = net.Listen("tcp", c.metricsListen); err != nil {
-			return fmt.Errorf("-metrics-listen: %w", err)
+	if err := r.build(ctx, stdout); err != nil {
+		return err
+	}
+	err = r.serve(ctx, ready)
+	r.flushAtExit()
+	return err
+}
+
+// proxyRun is one run of the proxy command: what serveProxy opens, for its
+// steps to share.
+type proxyRun struct {
+	c        *proxyConfig
+	logger   *slog.Logger
+	l        *connlimit.Listener
+	ml       net.Listener // -metrics-listen's, or nil
+	prov     *otelconf.Providers
+	sink     *statsSink         // -stats-out's, or nil
+	spanDump *spanlog.Processor // -spans-out's, or nil
+	tracker  *otelstats.Tracker
+	p        *openaihttp.Proxy
+}
+
+// listen opens the listeners, before anything else, so that a taken port
+// fails the start at once. closeAll closes what was opened, also on error.
+func (r *proxyRun) listen() (closeAll func(), err error) {
+	var closers []func()
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
 		}
-		defer ml.Close()
 	}
-	if c.debugListen != "" {
-		addr, stop, err := debugsrv.Serve(c.debugListen)
+	nl, err := net.Listen("tcp", r.c.listen)
+	if err != nil {
+		return closeAll, fmt.Errorf("-listen: %w", err)
+	}
+	r.l = connlimit.New(nl, r.c.maxConns)
+	closers = append(closers, func() { _ = r.l.Close() })
+	if r.c.metricsListen != "" {
+		if r.ml, err = net.Listen("tcp", r.c.metricsListen); err != nil {
+			return closeAll, fmt.Errorf("-metrics-listen: %w", err)
+		}
+		closers = append(closers, func() { _ = r.ml.Close() })
+	}
+	if r.c.debugListen != "" {
+		addr, stop, err := debugsrv.Serve(r.c.debugListen)
 		if err != nil {
-			return fmt.Errorf("-debug-listen: %w", err)
+			return closeAll, fmt.Errorf("-debug-listen: %w", err)
 		}
-		defer stop()
-		logger.Info("debug endpoints", "listen", addr)
+		closers = append(closers, stop)
+		r.logger.Info("debug endpoints", "listen", addr)
 	}
-	cfg := otelconf.Config{ServiceName: "llmtrace-proxy", Prometheus: ml != nil}
-	spanDump, err := spansOut(c.spansOut, stdout)
-	if err != nil {
+	return closeAll, nil
+}
+
+// build sets up the export, the tracker and the proxy; on error it shuts
+// down what it had set up.
+func (r *proxyRun) build(ctx context.Context, stdout io.Writer) (err error) {
+	c := r.c
+	cfg := otelconf.Config{ServiceName: "llmtrace-proxy", Prometheus: r.ml != nil}
+	if r.spanDump, err = spansOut(c.spansOut, stdout); err != nil {
 		return fmt.Errorf("-spans-out: %w", err)
 	}
-	if spanDump != nil {
-		cfg.SpanProcessors = append(cfg.SpanProcessors, spanDump)
+	if r.spanDump != nil {
+		cfg.SpanProcessors = append(cfg.SpanProcessors, r.spanDump)
 	}
-	prov, err := otelconf.Setup(ctx, cfg)
-	if err != nil {
+	if r.prov, err = otelconf.Setup(ctx, cfg); err != nil {
 		return fmt.Errorf("telemetry setup: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			if r.tracker != nil {
+				_ = r.tracker.Shutdown(context.Background())
+			}
+			_ = r.prov.Shutdown(context.Background())
+		}
+	}()
 	transport := openaihttp.NewTransport(c.transport)
-	opts := append(prov.TrackerOptions(), otelstats.WithTrustParentSampling(c.trust), otelstats.WithAutoSweep(time.Second))
-	if models := proxyModels(ctx, c, transport, logger); len(models) > 0 {
+	opts := append(r.prov.TrackerOptions(), otelstats.WithTrustParentSampling(c.trust), otelstats.WithAutoSweep(time.Second))
+	if models := proxyModels(ctx, c, transport, r.logger); len(models) > 0 {
 		opts = append(opts, otelstats.WithModels(models...))
 	}
 	if c.statsLog > 0 {
-		opts = append(opts, otelstats.WithStatsLog(logger, c.statsLog))
+		opts = append(opts, otelstats.WithStatsLog(r.logger, c.statsLog))
 	}
-	var sink *statsSink
 	if c.statsOut != "" {
-		if sink, err = openStatsSink(c.statsOut, stdout, true); err != nil {
-			_ = prov.Shutdown(context.Background())
+		if r.sink, err = openStatsSink(c.statsOut, stdout, true); err != nil {
 			return fmt.Errorf("-stats-out: %w", err)
 		}
-		opts = append(opts, otelstats.WithOnFinish(sink.write))
+		opts = append(opts, otelstats.WithOnFinish(r.sink.write))
 	}
-	tracker, err := otelstats.NewTracker(opts...)
-	if err != nil {
-		_ = prov.Shutdown(context.Background())
+	if r.tracker, err = otelstats.NewTracker(opts...); err != nil {
 		return err
 	}
-	p, err := openaihttp.NewProxy(c.upstream, tracker, c.proxyOptions(prov, transport, logger)...)
-	if err != nil {
-		_ = tracker.Shutdown(context.Background())
-		_ = prov.Shutdown(context.Background())
-		return err
-	}
+	r.p, err = openaihttp.NewProxy(c.upstream, r.tracker, c.proxyOptions(r.prov, transport, r.logger)...)
+	return err
+}
+
+// serve serves until ctx ends (or a server fails), then drains.
+func (r *proxyRun) serve(ctx context.Context, ready func(addr string)) (err error) {
 	// Every request's context derives from base, so that the cut at the
 	// drain's end also ends the requests' upstream calls (and upgraded
 	// connections, which Shutdown does not track); handlers counts the
@@ -247,33 +291,48 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	base, cutAll := context.WithCancel(context.Background())
 	defer cutAll()
 	var handlers inFlight
-	srv := &http.Server{Handler: handlers.wrap(p), ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout,
-		IdleTimeout: orNone(c.idleTimeout), MaxHeaderBytes: c.maxHeaderBytes, ConnState: l.ConnState,
+	c := r.c
+	srv := &http.Server{Handler: handlers.wrap(r.p), ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout,
+		IdleTimeout: orNone(c.idleTimeout), MaxHeaderBytes: c.maxHeaderBytes, ConnState: r.l.ConnState,
 		BaseContext: func(net.Listener) context.Context { return base }, Protocols: httpproto.Cleartext(), HTTP2: httpproto.HTTP2()}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(l) }()
+	go func() { errc <- srv.Serve(r.l) }()
 	var msrv *http.Server
-	if ml != nil {
-		msrv = &http.Server{Handler: prov.MetricsHandler, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- msrv.Serve(ml) }()
+	if r.ml != nil {
+		msrv = &http.Server{Handler: r.prov.MetricsHandler, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- msrv.Serve(r.ml) }()
 	}
-	logger.Info("proxying", "listen", l.Addr().String(), "upstream", c.upstream.String())
+	r.logger.Info("proxying", "listen", r.l.Addr().String(), "upstream", c.upstream.String())
 	if ready != nil {
-		ready(l.Addr().String())
+		ready(r.l.Addr().String())
 	}
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 		err = fmt.Errorf("serving: %w", err)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), c.drain)
+	r.drain(srv, &handlers, cutAll)
+	if msrv != nil {
+		_ = msrv.Close()
+	}
+	r.p.CloseIdleConnections()
+	if st := r.l.Stats(); st.Refused+st.Evicted > 0 {
+		r.logger.Warn("client connections over -max-conns", "evicted_idle", st.Evicted, "refused", st.Refused)
+	}
+	return err
+}
+
+// drain lets running requests finish within -drain, then cuts the rest,
+// and waits for their handlers to return.
+func (r *proxyRun) drain(srv *http.Server, handlers *inFlight, cutAll func()) {
+	sctx, cancel := context.WithTimeout(context.Background(), r.c.drain)
 	defer cancel()
 	if srv.Shutdown(sctx) != nil {
-		p.Closing() // the streams cut now end as unfinished, not aborted
+		r.p.Closing() // the streams cut now end as unfinished, not aborted
 		cutAll()
 		_ = srv.Close()
 	} else if handlers.n.Load() > 0 {
-		p.Closing() // hijacked (upgraded) connections: Shutdown leaves them
+		r.p.Closing() // hijacked (upgraded) connections: Shutdown leaves them
 		cutAll()
 	}
 	// Close does not wait for the handlers it cut: their requests' ends
@@ -281,50 +340,47 @@ func serveProxy(ctx context.Context, c *proxyConfig, stdout, stderr io.Writer, r
 	// they return, and the tracker's Shutdown would otherwise end those
 	// requests first, at their last known time.
 	if !handlers.wait(handlerExitWait) {
-		logger.Warn("handlers still running after the cut", "n", handlers.n.Load())
+		r.logger.Warn("handlers still running after the cut", "n", handlers.n.Load())
 	}
-	if msrv != nil {
-		_ = msrv.Close()
-	}
-	p.CloseIdleConnections()
-	if st := l.Stats(); st.Refused+st.Evicted > 0 {
-		logger.Warn("client connections over -max-conns", "evicted_idle", st.Evicted, "refused", st.Refused)
-	}
-	fctx, cancel2 := context.WithTimeout(context.Background(), exitFlushWait)
-	defer cancel2()
+}
+
+// flushAtExit ends the requests still open and writes out what they
+// recorded: the local files first, then the export, each within its bound.
+func (r *proxyRun) flushAtExit() {
+	fctx, cancel := context.WithTimeout(context.Background(), exitFlushWait)
+	defer cancel()
 	// No handler runs any more: the requests the tracker ends now may wait
 	// for the files rather than lose their lines.
-	sink.waitWhenFull(fctx)
-	spanDump.WaitWhenFull(fctx)
-	_ = tracker.Shutdown(fctx)
+	r.sink.waitWhenFull(fctx)
+	r.spanDump.WaitWhenFull(fctx)
+	_ = r.tracker.Shutdown(fctx)
 	// The local files before the export, each within its own bound: an
 	// endpoint that is down or silent may take the export's whole bound,
 	// and the providers' Shutdown skips the -spans-out processor once it
 	// has passed. No span ends any more: the handlers have returned and
 	// the tracker is shut down.
 	var sinkErr, spansErr error
-	if sink != nil {
-		sinkErr = closeWithin(exitFlushWait, sink.close)
+	if r.sink != nil {
+		sinkErr = closeWithin(exitFlushWait, r.sink.close)
 	}
-	if spanDump != nil {
-		spansErr = closeWithin(exitFlushWait, spanDump.Shutdown)
+	if r.spanDump != nil {
+		spansErr = closeWithin(exitFlushWait, r.spanDump.Shutdown)
 	}
-	if serr := prov.Shutdown(fctx); serr != nil {
-		logger.Warn("export", "err", serr)
+	if serr := r.prov.Shutdown(fctx); serr != nil {
+		r.logger.Warn("export", "err", serr)
 	}
 	if spansErr != nil {
-		logger.Warn("-spans-out", "err", spansErr)
+		r.logger.Warn("-spans-out", "err", spansErr)
 	}
-	if n := spanDump.Dropped(); n > 0 {
-		logger.Warn("-spans-out", "err", fmt.Sprintf("%d spans dropped: the reader did not keep up", n))
+	if n := r.spanDump.Dropped(); n > 0 {
+		r.logger.Warn("-spans-out", "err", fmt.Sprintf("%d spans dropped: the reader did not keep up", n))
 	}
-	if sum := prov.Summary(); sum != "" {
-		logger.Info("export summary: " + sum)
+	if sum := r.prov.Summary(); sum != "" {
+		r.logger.Info("export summary: " + sum)
 	}
 	if sinkErr != nil {
-		logger.Warn("-stats-out", "err", sinkErr)
+		r.logger.Warn("-stats-out", "err", sinkErr)
 	}
-	return err
 }
 
 // orNone is -idle-timeout's value for http.Server, which reads 0 as
