@@ -19,6 +19,12 @@ func NewFactory() connector.Factory {
 
 func createTracesToMetrics(_ context.Context, set connector.Settings, cfg component.Config, next consumer.Metrics) (connector.Traces, error) {
 	c := cfg.(*Config)
+	// The collector validates a loaded config first; a program building
+	// the connector by hand may not, and a zero flush_interval would panic
+	// in Start's goroutine.
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	e, err := c.engine()
 	if err != nil {
 		return nil, err

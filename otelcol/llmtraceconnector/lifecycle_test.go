@@ -275,12 +275,30 @@ func TestConfigLoad(t *testing.T) {
 	}
 }
 
-// An invalid config that reaches the factory anyway (a caller that skipped
-// Validate) is refused with an error, never a panic.
+// An invalid config that reaches the factory anyway (a program building
+// the connector without the collector's Validate, a zero Config) is
+// refused with Validate's error, never a connector whose Start panics in
+// its flush goroutine (time.NewTicker(0)) and takes the process down.
 func TestFactoryRefusesInvalidConfig(t *testing.T) {
-	_, err := NewFactory().CreateTracesToMetrics(context.Background(), connectortest.NewNopSettings(Type), &Config{
-		FlushInterval: time.Second, MaxSeries: 1, Engine: "nope"}, consumertest.NewNop())
-	if err == nil || !strings.Contains(err.Error(), `unknown engine "nope"`) {
-		t.Fatalf("err = %v", err)
+	for _, tc := range []struct {
+		name    string
+		cfg     *Config
+		wantErr string
+	}{
+		{"unknown engine", &Config{FlushInterval: time.Second, MaxSeries: 1, Engine: "nope"}, `unknown engine "nope"`},
+		{"zero config", &Config{}, "flush_interval must be positive"},
+		{"negative dedup_spans", &Config{FlushInterval: time.Second, MaxSeries: 1, DedupSpans: -1}, "dedup_spans"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewFactory().CreateTracesToMetrics(context.Background(), connectortest.NewNopSettings(Type), tc.cfg, consumertest.NewNop())
+			if err == nil {
+				// Before the fix: Start's goroutine panics here.
+				_ = c.Start(context.Background(), componenttest.NewNopHost())
+				_ = c.Shutdown(context.Background())
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tc.wantErr)
+			}
+		})
 	}
 }
