@@ -54,8 +54,11 @@ func (c *Config) Validate() error {
 	if c.FlushInterval <= 0 {
 		errs = append(errs, errors.New("flush_interval must be positive"))
 	}
-	if c.MaxModels < 0 || c.MaxSeries <= 0 {
-		errs = append(errs, errors.New("max_models must not be negative and max_series must be positive"))
+	if c.MaxModels < 0 {
+		errs = append(errs, fmt.Errorf("max_models must not be negative, not %d", c.MaxModels))
+	}
+	if c.MaxSeries <= 0 {
+		errs = append(errs, fmt.Errorf("max_series must be positive, not %d", c.MaxSeries))
 	}
 	if c.DedupSpans < 0 || c.DedupSpans > maxDedupSpans {
 		errs = append(errs, fmt.Errorf("dedup_spans must be between 0 (off) and %d, not %d", maxDedupSpans, c.DedupSpans))

@@ -227,6 +227,7 @@ func TestConfigLoad(t *testing.T) {
 		conf    map[string]any
 		want    Config
 		wantErr string // a substring of the error; "" for none
+		notErr  string // a field the error must not blame
 	}{
 		{name: "empty", conf: map[string]any{}, want: def(func(*Config) {})},
 		{name: "all keys", conf: map[string]any{
@@ -245,9 +246,9 @@ func TestConfigLoad(t *testing.T) {
 		{name: "flush_interval zero", conf: map[string]any{"flush_interval": "0s"}, wantErr: "flush_interval must be positive"},
 		{name: "flush_interval negative", conf: map[string]any{"flush_interval": "-1s"}, wantErr: "flush_interval must be positive"},
 		{name: "flush_interval not a duration", conf: map[string]any{"flush_interval": "soon"}, wantErr: "flush_interval"},
-		{name: "max_models negative", conf: map[string]any{"max_models": -1}, wantErr: "max_models must not be negative"},
-		{name: "max_series zero", conf: map[string]any{"max_series": 0}, wantErr: "max_series must be positive"},
-		{name: "max_series negative", conf: map[string]any{"max_series": -5}, wantErr: "max_series must be positive"},
+		{name: "max_models negative", conf: map[string]any{"max_models": -1}, wantErr: "max_models must not be negative, not -1", notErr: "max_series"},
+		{name: "max_series zero", conf: map[string]any{"max_series": 0}, wantErr: "max_series must be positive, not 0", notErr: "max_models"},
+		{name: "max_series negative", conf: map[string]any{"max_series": -5}, wantErr: "max_series must be positive, not -5", notErr: "max_models"},
 		{name: "dedup_spans negative", conf: map[string]any{"dedup_spans": -1}, wantErr: "dedup_spans must be between 0"},
 		{name: "dedup_spans too large", conf: map[string]any{"dedup_spans": maxDedupSpans + 1}, wantErr: "dedup_spans must be between 0"},
 		{name: "unknown engine", conf: map[string]any{"engine": "llamacpp"}, wantErr: `unknown engine "llamacpp"`},
@@ -262,6 +263,9 @@ func TestConfigLoad(t *testing.T) {
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one mentioning %q", err, tc.wantErr)
+				}
+				if tc.notErr != "" && strings.Contains(err.Error(), tc.notErr) {
+					t.Fatalf("err = %v blames %s, which is valid", err, tc.notErr)
 				}
 				return
 			}
