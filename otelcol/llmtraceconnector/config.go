@@ -35,6 +35,11 @@ type Config struct {
 	DedupSpans int `mapstructure:"dedup_spans"`
 }
 
+// minFlushInterval bounds flush_interval from below: a number without a
+// unit (flush_interval: 15) decodes as nanoseconds, and would flush the
+// whole state to the metrics pipeline in a busy loop.
+const minFlushInterval = time.Millisecond
+
 // maxDedupSpans bounds dedup_spans: about 400 MB of memory.
 const maxDedupSpans = 10_000_000
 
@@ -51,8 +56,8 @@ func createDefaultConfig() component.Config {
 // Validate checks the bounds and the engine name.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.FlushInterval <= 0 {
-		errs = append(errs, errors.New("flush_interval must be positive"))
+	if c.FlushInterval < minFlushInterval {
+		errs = append(errs, fmt.Errorf("flush_interval must be at least %v, not %v (a number without a unit is nanoseconds: write 15s)", minFlushInterval, c.FlushInterval))
 	}
 	if c.MaxModels < 0 {
 		errs = append(errs, fmt.Errorf("max_models must not be negative, not %d", c.MaxModels))

@@ -51,7 +51,7 @@
 //
 //	connectors:
 //	  llmtrace_metrics:
-//	    flush_interval: 15s
+//	    flush_interval: 15s       # at least 1ms; a bare number is nanoseconds
 //	    models: [llama-3-8b]      # empty: the first max_models seen
 //	    max_models: 100
 //	    adapters: [sql-lora]      # empty: the first max_models seen

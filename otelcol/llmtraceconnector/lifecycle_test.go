@@ -243,9 +243,15 @@ func TestConfigLoad(t *testing.T) {
 			want: def(func(c *Config) { c.DedupSpans = maxDedupSpans })},
 
 		{name: "unknown key", conf: map[string]any{"flush_intervall": "30s"}, wantErr: "flush_intervall"},
-		{name: "flush_interval zero", conf: map[string]any{"flush_interval": "0s"}, wantErr: "flush_interval must be positive"},
-		{name: "flush_interval negative", conf: map[string]any{"flush_interval": "-1s"}, wantErr: "flush_interval must be positive"},
+		{name: "flush_interval zero", conf: map[string]any{"flush_interval": "0s"}, wantErr: "flush_interval must be at least 1ms, not 0s"},
+		{name: "flush_interval negative", conf: map[string]any{"flush_interval": "-1s"}, wantErr: "flush_interval must be at least 1ms, not -1s"},
 		{name: "flush_interval not a duration", conf: map[string]any{"flush_interval": "soon"}, wantErr: "flush_interval"},
+		// A number without a unit decodes as nanoseconds: "15" meant 15s
+		// and would flush every 15ns, a busy loop sending to the metrics
+		// pipeline.
+		{name: "flush_interval without a unit", conf: map[string]any{"flush_interval": 15}, wantErr: "flush_interval must be at least 1ms, not 15ns"},
+		{name: "flush_interval under 1ms", conf: map[string]any{"flush_interval": "999us"}, wantErr: "flush_interval must be at least 1ms"},
+		{name: "flush_interval 1ms", conf: map[string]any{"flush_interval": "1ms"}, want: def(func(c *Config) { c.FlushInterval = time.Millisecond })},
 		{name: "max_models negative", conf: map[string]any{"max_models": -1}, wantErr: "max_models must not be negative, not -1", notErr: "max_series"},
 		{name: "max_series zero", conf: map[string]any{"max_series": 0}, wantErr: "max_series must be positive, not 0", notErr: "max_models"},
 		{name: "max_series negative", conf: map[string]any{"max_series": -5}, wantErr: "max_series must be positive, not -5", notErr: "max_models"},
@@ -290,7 +296,7 @@ func TestFactoryRefusesInvalidConfig(t *testing.T) {
 		wantErr string
 	}{
 		{"unknown engine", &Config{FlushInterval: time.Second, MaxSeries: 1, Engine: "nope"}, `unknown engine "nope"`},
-		{"zero config", &Config{}, "flush_interval must be positive"},
+		{"zero config", &Config{}, "flush_interval must be at least 1ms"},
 		{"negative dedup_spans", &Config{FlushInterval: time.Second, MaxSeries: 1, DedupSpans: -1}, "dedup_spans"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
