@@ -43,6 +43,11 @@
 // fail Shutdown: a backend that refuses one signal costs one warning, and
 // Status says what reached it.
 //
+// OTEL_PROPAGATORS names the propagators Providers.Propagator returns for
+// openaihttp (contrib's autoprop names; nil when unset, so that the
+// caller's default, W3C Trace Context, stays); a name no propagator has
+// fails Setup. Setup sets no global propagator.
+//
 // OTEL_SDK_DISABLED=true turns off everything the environment configures,
 // and Config.Prometheus's handler answers 503; the program's own
 // Config.SpanProcessors and Config.Readers stay.

@@ -92,7 +92,7 @@ var envVars = []string{
 	"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
 	"OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRIC_EXPORT_TIMEOUT",
 	"OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_EXPORT_TIMEOUT",
-	EnvSampling, EnvDetail, EnvCaptureContent,
+	EnvSampling, EnvDetail, EnvCaptureContent, EnvPropagators,
 }
 
 func cleanEnv(t *testing.T, set ...string) {

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -50,9 +51,11 @@ type Providers struct {
 	resource *resource.Resource
 	procs    fanout             // every span processor of TracerProvider
 	tracker  []otelstats.Option // from LLMTRACE_* and the GenAI content variable
-	disabled bool
-	traces   *exportState
-	metrics  *exportState
+	// propagator is OTEL_PROPAGATORS's, nil when it is unset.
+	propagator propagation.TextMapPropagator
+	disabled   bool
+	traces     *exportState
+	metrics    *exportState
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -64,7 +67,8 @@ type Providers struct {
 // and protocol, the batch processor from OTEL_BSP_*, the resource from
 // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, and the tracker's
 // options from LLMTRACE_SAMPLING, LLMTRACE_DETAIL and the GenAI content
-// variable. With OTEL_SDK_DISABLED=true nothing is exported. A value no
+// variable, and the propagators from OTEL_PROPAGATORS (Propagator). With
+// OTEL_SDK_DISABLED=true nothing is exported. A value no
 // exporter can use fails Setup with an error naming the variable.
 func Setup(ctx context.Context, c Config) (*Providers, error) {
 	name := c.ServiceName
@@ -88,6 +92,9 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 	}
 	p := &Providers{resource: res, Aggregator: c.Aggregator, disabled: sdkDisabled()}
 	if p.tracker, err = trackerOptions(p.disabled); err != nil {
+		return nil, err
+	}
+	if p.propagator, err = propagators(); err != nil {
 		return nil, err
 	}
 	if p.Aggregator == nil && len(c.Readers) == 0 && !exponentialHistograms() && !deltaTemporality() {

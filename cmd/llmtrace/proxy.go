@@ -418,6 +418,9 @@ func (c *proxyConfig) proxyOptions(prov *otelconf.Providers, t http.RoundTripper
 	for _, r := range c.routes {
 		opts = append(opts, openaihttp.WithRoute(r.path, r.operation))
 	}
+	if pr := prov.Propagator(); pr != nil {
+		opts = append(opts, openaihttp.WithPropagators(pr))
+	}
 	if sp, res, ok := prov.SpanExport(); ok {
 		// The proxy's spans straight to the export, as the tracker's.
 		opts = append(opts, openaihttp.WithSpanProcessor(sp), openaihttp.WithResource(res))

@@ -306,6 +306,23 @@ var cases = map[string][]flagCase{
 			},
 		},
 		{
+			// A B3 mesh: the caller's b3 header puts the request in its
+			// trace, and tracecontext still goes upstream.
+			name: "OTEL_PROPAGATORS", ready: "msg=proxying", env: []string{"OTEL_PROPAGATORS=b3,tracecontext"},
+			args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-models", "toy", "-stats-log", "0", "-stats-out", "{tmp}/s.jsonl"},
+			interact: func(t *testing.T, v vars, _ *proc) {
+				if code := post(t, "http://"+v["addr"]+"/v1/chat/completions", "application/json", []byte(chatBody),
+					"b3", "80f198ee56343ba864fe8b2a57d3eff7-e457b5a2e4d86bd1-1"); code != 200 {
+					t.Errorf("chat through the proxy: %d", code)
+				}
+			},
+			check: func(t *testing.T, v vars, o, e string) {
+				fileHas("s", `"trace_id":"80f198ee56343ba864fe8b2a57d3eff7"`)(t, vars{"s": v["tmp"] + "/s.jsonl"}, o, e)
+			},
+		},
+		{name: "OTEL_PROPAGATORS of an unknown name", args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-models", "toy"},
+			env: []string{"OTEL_PROPAGATORS=tracecontext,zipkin"}, exit: 2, stderr: []string{"OTEL_PROPAGATORS", "zipkin"}},
+		{
 			// An added path is traced (an upstream 404 is still a traced
 			// request); a removed one passes untraced.
 			name: "-route", ready: "msg=proxying",

@@ -98,7 +98,7 @@ func run(listen, model string, slots int, tokenDelay, statsInterval time.Duratio
 
 	srv := &http.Server{
 		Addr:              listen,
-		Handler:           openaihttp.NewHandler(mux, tracker, openaihttp.WithTrustIncomingSampling(trust)),
+		Handler:           openaihttp.NewHandler(mux, tracker, openaihttp.WithTrustIncomingSampling(trust), openaihttp.WithPropagators(prov.Propagator())),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errc := make(chan error, 1)
