@@ -102,7 +102,9 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 	fs.DurationVar(&c.transport.DialTimeout, "upstream-dial-timeout", openaihttp.DefaultDialTimeout, "how long connecting to the upstream may take")
 	fs.Func("route", "trace POST requests to the path of `PATH=OPERATION` as chat, text_completion or embeddings (PATH= stops tracing it); may be given more than once", func(s string) error {
 		r, err := parseRoute(s)
-		c.routes = append(c.routes, r)
+		if err == nil {
+			c.routes = append(c.routes, r)
+		}
 		return err
 	})
 	fs.Usage = func() {

@@ -148,6 +148,9 @@ func (c *metricsConnector) Capabilities() consumer.Capabilities {
 
 // Start begins the periodic flush.
 func (c *metricsConnector) Start(context.Context, component.Host) error {
+	if c.stop != nil {
+		return nil // started already: a second flush goroutine would outlive Shutdown
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stop, done := make(chan struct{}), make(chan struct{})
 	c.stop, c.cancel, c.done = stop, cancel, done

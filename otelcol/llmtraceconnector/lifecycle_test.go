@@ -163,6 +163,14 @@ func TestComponentLifecycle(t *testing.T) {
 			shutdown(t, c)
 			shutdown(t, c)
 		}},
+		{"start twice", func(t *testing.T) {
+			// The second Start is a no-op: one flush goroutine, which
+			// Shutdown stops (goleak).
+			c := newConn(t, consumertest.NewNop())
+			start(t, c)
+			start(t, c)
+			shutdown(t, c)
+		}},
 		{"two instances from one factory", func(t *testing.T) {
 			for range 2 {
 				c := newConn(t, consumertest.NewNop())
