@@ -26,7 +26,7 @@ var proxyFlags = []string{
 	"listen", "upstream", "trust-traceparent", "public", "server-timing", "stall-factor", "stall-min",
 	"models", "models-wait", "metrics-listen", "stats-out", "spans-out", "stats-log", "drain",
 	"body-budget", "event-limit", "read-header-timeout", "read-timeout", "idle-timeout", "max-header-bytes",
-	"upstream-header-timeout", "upstream-dial-timeout", "debug-listen", "max-conns",
+	"upstream-header-timeout", "upstream-dial-timeout", "debug-listen", "max-conns", "route",
 }
 
 func TestProxyBinaryHelpListsEveryFlag(t *testing.T) {
@@ -220,6 +220,25 @@ func TestProxyBinaryServerTiming(t *testing.T) {
 	st := readLines[jsonStats](t, px.statsPath)
 	if len(st) != 2 || !strings.Contains(tr, st[1].TraceID) {
 		t.Errorf("trailer %q names no trace of %+v", tr, st)
+	}
+}
+
+// -route: an added path is traced as its operation (the upstream's 404 is
+// still a traced request), a removed one passes untraced.
+func TestProxyBinaryRoute(t *testing.T) {
+	up := newUpstream(t)
+	px := startProxy(t, up.srv.URL, "-route", "/llm/chat/=chat", "-route", "/v1/chat/completions=")
+	chat := `{"model":"toy","messages":[{"role":"user","content":"x"}]}`
+	if resp := postJSON(t, px.url+"/llm/chat", chat); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("/llm/chat: %d, want the upstream's 404", resp.StatusCode)
+	}
+	if resp := postJSON(t, px.url+"/v1/chat/completions", chat); resp.StatusCode != http.StatusOK {
+		t.Errorf("/v1/chat/completions: %d", resp.StatusCode)
+	}
+	px.stop(t)
+	st := readLines[jsonStats](t, px.statsPath)
+	if len(st) != 1 || st[0].Operation != "chat" || st[0].ErrorType != "404" || st[0].Model != "toy" {
+		t.Errorf("stats %+v, want the /llm/chat request alone", st)
 	}
 }
 
