@@ -30,13 +30,7 @@ import (
 )
 
 func TestComponentFactoryType(t *testing.T) {
-	f := NewFactory()
-	if f.Type().String() != "llmtrace_metrics" {
-		t.Fatalf("Type() = %q, want llmtrace_metrics", f.Type())
-	}
-	if _, err := component.NewType(f.Type().String()); err != nil {
-		t.Fatalf("Type() %q is not a valid component type: %v", f.Type(), err)
-	}
+	spantest.CheckType(t, NewFactory().Type(), "llmtrace_metrics")
 }
 
 func TestComponentConfigStruct(t *testing.T) {
@@ -95,23 +89,6 @@ func TestFactoryUnsupportedSignals(t *testing.T) {
 			}
 		})
 	}
-}
-
-func lifecycleTraces(withIDs bool) ptrace.Traces {
-	td := ptrace.NewTraces()
-	rs := td.ResourceSpans().AppendEmpty()
-	rs.Resource().Attributes().PutStr("resource", "R1")
-	sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
-	sp.Attributes().PutStr("test_attr", "value_1")
-	sp.SetName("test_span")
-	now := time.Now()
-	sp.SetStartTimestamp(pcommon.NewTimestampFromTime(now.Add(-time.Second)))
-	sp.SetEndTimestamp(pcommon.NewTimestampFromTime(now))
-	if withIDs {
-		sp.SetTraceID(pcommon.TraceID{1})
-		sp.SetSpanID(pcommon.SpanID{1})
-	}
-	return td
 }
 
 func TestComponentLifecycle(t *testing.T) {
@@ -185,8 +162,8 @@ func TestComponentLifecycle(t *testing.T) {
 				metrics bool // the final flush has data points
 			}{
 				{"empty", ptrace.NewTraces(), false},
-				{"one span", lifecycleTraces(false), false},
-				{"one span with ids", lifecycleTraces(true), false},
+				{"one span", spantest.Lifecycle(false), false},
+				{"one span with ids", spantest.Lifecycle(true), false},
 				{"an engine span", vllm(), true},
 			} {
 				sink := new(consumertest.MetricsSink)

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/component/componenttest"
@@ -27,13 +26,7 @@ import (
 )
 
 func TestComponentFactoryType(t *testing.T) {
-	f := NewFactory()
-	if f.Type().String() != "llmtrace" {
-		t.Fatalf("Type() = %q, want llmtrace", f.Type())
-	}
-	if _, err := component.NewType(f.Type().String()); err != nil {
-		t.Fatalf("Type() %q is not a valid component type: %v", f.Type(), err)
-	}
+	spantest.CheckType(t, NewFactory().Type(), "llmtrace")
 }
 
 func TestComponentConfigStruct(t *testing.T) {
@@ -85,23 +78,6 @@ func TestFactoryUnsupportedSignals(t *testing.T) {
 			}
 		})
 	}
-}
-
-func lifecycleTraces(withIDs bool) ptrace.Traces {
-	td := ptrace.NewTraces()
-	rs := td.ResourceSpans().AppendEmpty()
-	rs.Resource().Attributes().PutStr("resource", "R1")
-	sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
-	sp.Attributes().PutStr("test_attr", "value_1")
-	sp.SetName("test_span")
-	now := time.Now()
-	sp.SetStartTimestamp(pcommon.NewTimestampFromTime(now.Add(-time.Second)))
-	sp.SetEndTimestamp(pcommon.NewTimestampFromTime(now))
-	if withIDs {
-		sp.SetTraceID(pcommon.TraceID{1})
-		sp.SetSpanID(pcommon.SpanID{1})
-	}
-	return td
 }
 
 func TestComponentLifecycle(t *testing.T) {
@@ -160,8 +136,8 @@ func TestComponentLifecycle(t *testing.T) {
 				spans int // reaching the next consumer
 			}{
 				{"empty", ptrace.NewTraces(), 0},
-				{"one span", lifecycleTraces(false), 1},
-				{"one span with ids", lifecycleTraces(true), 1},
+				{"one span", spantest.Lifecycle(false), 1},
+				{"one span with ids", spantest.Lifecycle(true), 1},
 				{"an engine span", vllm, 5}, // expanded into four children
 			} {
 				sink := new(consumertest.TracesSink)

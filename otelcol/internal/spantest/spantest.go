@@ -4,8 +4,10 @@
 package spantest
 
 import (
+	"testing"
 	"time"
 
+	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/otel/attribute"
@@ -89,5 +91,37 @@ func put(m pcommon.Map, kv attribute.KeyValue) {
 		}
 	default:
 		m.PutStr(k, kv.Value.String())
+	}
+}
+
+// Lifecycle is the one span mdatagen's generated lifecycle test consumes
+// (a resource attribute, a span attribute, a name and a second long),
+// with a trace and span id when withIDs: the components' own lifecycle
+// tests send what the collector's tooling sends.
+func Lifecycle(withIDs bool) ptrace.Traces {
+	td := ptrace.NewTraces()
+	rs := td.ResourceSpans().AppendEmpty()
+	rs.Resource().Attributes().PutStr("resource", "R1")
+	sp := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+	sp.Attributes().PutStr("test_attr", "value_1")
+	sp.SetName("test_span")
+	now := time.Now()
+	sp.SetStartTimestamp(pcommon.NewTimestampFromTime(now.Add(-time.Second)))
+	sp.SetEndTimestamp(pcommon.NewTimestampFromTime(now))
+	if withIDs {
+		sp.SetTraceID(pcommon.TraceID{1})
+		sp.SetSpanID(pcommon.SpanID{1})
+	}
+	return td
+}
+
+// CheckType fails t unless typ is want and a valid component type.
+func CheckType(t testing.TB, typ component.Type, want string) {
+	t.Helper()
+	if typ.String() != want {
+		t.Fatalf("Type() = %q, want %s", typ, want)
+	}
+	if _, err := component.NewType(typ.String()); err != nil {
+		t.Fatalf("Type() %q is not a valid component type: %v", typ, err)
 	}
 }
