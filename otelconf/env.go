@@ -89,12 +89,8 @@ func (s selection) isPlaintext() bool {
 		u, err := url.Parse(s.override)
 		return err == nil && u.Scheme == "http"
 	}
-	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + s.suffix + "_INSECURE", "OTEL_EXPORTER_OTLP_INSECURE"} {
-		if v := getenvTrim(k); v != "" {
-			return strings.EqualFold(v, "true") // as the exporters read it
-		}
-	}
-	return false
+	_, v := signalEnv(s.suffix, "INSECURE")
+	return strings.EqualFold(v, "true") // as the exporters read it
 }
 
 // prometheusAddr is the address autoexport's Prometheus exporter listens
@@ -113,6 +109,19 @@ func checkPrometheusHost() error {
 		return &ConfigError{Name: k, Value: v, Reason: "write [" + v + "]: autoexport joins host and port with a colon, so an IPv6 address needs its brackets"}
 	}
 	return nil
+}
+
+// signalEnv is the signal's own variable OTEL_EXPORTER_OTLP_<suffix>_<name>
+// when set, else the general OTEL_EXPORTER_OTLP_<name>: the one the
+// exporters use (a per-signal value replaces the general one), and its
+// key, for messages. Both blank: "", "".
+func signalEnv(suffix, name string) (key, value string) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_" + suffix + "_" + name, "OTEL_EXPORTER_OTLP_" + name} {
+		if v := getenvTrim(k); v != "" {
+			return k, v
+		}
+	}
+	return "", ""
 }
 
 func getenvOr(k, def string) string {
@@ -244,13 +253,9 @@ func exactExporterName(key, signal string) error {
 // replaces the general one, which may be another signal's gRPC target.
 func checkEndpoints(suffix, protocol string) error {
 	const want = "write http://HOST:PORT for plaintext, https://HOST:PORT for TLS"
-	k := "OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT"
-	v := getenvTrim(k)
+	k, v := signalEnv(suffix, "ENDPOINT")
 	if v == "" {
-		k = "OTEL_EXPORTER_OTLP_ENDPOINT"
-		if v = getenvTrim(k); v == "" {
-			return nil
-		}
+		return nil
 	}
 	u, err := url.Parse(v)
 	if err != nil {
@@ -359,12 +364,7 @@ func checkClientCert(suffix string) {
 // the warning names the entry by its place or key, never its value, which
 // is often a credential.
 func checkHeaders(suffix string) {
-	k := "OTEL_EXPORTER_OTLP_" + suffix + "_HEADERS"
-	v := getenvTrim(k)
-	if v == "" {
-		k = "OTEL_EXPORTER_OTLP_HEADERS"
-		v = getenvTrim(k)
-	}
+	k, v := signalEnv(suffix, "HEADERS")
 	if v == "" {
 		return
 	}

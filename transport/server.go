@@ -149,9 +149,8 @@ func (s *Server) listen() error {
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ConnContext:       connSlot,
-		Protocols:         httpproto.Cleartext(),
-		HTTP2:             httpproto.HTTP2(),
 	}
+	httpproto.Configure(s.srv)
 	return nil
 }
 

@@ -296,7 +296,8 @@ func (r *proxyRun) serve(ctx context.Context, ready func(addr string)) (err erro
 	c := r.c
 	srv := &http.Server{Handler: handlers.wrap(r.p), ReadHeaderTimeout: c.readHeaderTimeout, ReadTimeout: c.readTimeout,
 		IdleTimeout: orNone(c.idleTimeout), MaxHeaderBytes: c.maxHeaderBytes, ConnState: r.l.ConnState,
-		BaseContext: func(net.Listener) context.Context { return base }, Protocols: httpproto.Cleartext(), HTTP2: httpproto.HTTP2()}
+		BaseContext: func(net.Listener) context.Context { return base }}
+	httpproto.Configure(srv)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(r.l) }()
 	var msrv *http.Server

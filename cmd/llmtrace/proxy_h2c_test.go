@@ -272,7 +272,7 @@ func TestProxyH2CLimits(t *testing.T) {
 			t.Errorf("the newcomer at a cap of busy connections got an answer (%d bytes, %v)", n, err)
 		}
 		// Nor does the busy connection carry a second request at once: one
-		// stream a connection (httpproto.HTTP2), so -max-conns bounds the
+		// stream a connection (httpproto.Configure), so -max-conns bounds the
 		// requests served at once as over HTTP/1.1.
 		if resp2, err := client.Get("http://" + addr + "/v1/models"); err == nil {
 			resp2.Body.Close()
