@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -252,7 +253,20 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	}
 	delete(pr.Out.Header, "Traceparent")
 	delete(pr.Out.Header, "Tracestate")
-	p.cfg.prop.Inject(trace.ContextWithSpanContext(c.in.ctx, c.upstreamSpan()), headerCarrier(pr.Out.Header))
+	// Every header the propagators write is ours, not the caller's left
+	// beside it (an X-B3-Flags: 1 the B3 propagator would not overwrite).
+	for _, f := range p.cfg.prop.Fields() {
+		delete(pr.Out.Header, headerKey(f))
+	}
+	ctx := c.in.ctx
+	if !c.in.trusted {
+		// B3's and Jaeger's debug flag (and B3's deferred decision) ride
+		// in the extracted context and would be injected as they came,
+		// sampling upstream whatever this proxy decided: an untrusted
+		// caller's flags decide nothing, so only its baggage goes on.
+		ctx = baggage.ContextWithBaggage(context.Background(), baggage.FromContext(c.in.ctx))
+	}
+	p.cfg.prop.Inject(trace.ContextWithSpanContext(ctx, c.upstreamSpan()), headerCarrier(pr.Out.Header))
 }
 
 // setXForwarded sets the X-Forwarded-* headers of the upstream request
