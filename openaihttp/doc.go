@@ -84,7 +84,9 @@
 //     Reading each as it went by cost several times as much, with caches
 //     cold between chunks, and held the next chunk back that long; the
 //     tracker sees the same deliveries, up to 100 ms late (a stream that
-//     pauses: when it goes on or ends).
+//     pauses: when it goes on or ends). Nothing after [DONE] is read:
+//     the OpenAI SDKs stop there, so content or an error a broken upstream
+//     sends after it is neither output nor a failure.
 //   - A JSON response is scanned like the request: its id, model, choices
 //     (up to WithEventLimit; of longer ones, such as a long completion's
 //     logprobs, only the finish reasons, read as they go by), usage,

@@ -252,6 +252,7 @@ func (ex *exchange) event(data []byte, over bool) {
 	}
 	if isDone(data) {
 		ex.obs.sawDone, ex.obs.terminal = true, true
+		ex.sse.end() // the SDKs stop reading at [DONE]
 		return
 	}
 	c := &ex.chunk

@@ -36,14 +36,24 @@ type sseReader struct {
 	// it: an "error" field (llama.cpp's server wrote its errors as
 	// `error: {...}`, then [DONE]) or the event type error.
 	failed bool
+	// ended: the sink read the stream's last event ([DONE]). The OpenAI
+	// SDKs read no further, so neither does the reader: content or an
+	// error a broken upstream sends after it never reaches the caller.
+	ended bool
 }
+
+// end stops the reader: what follows is not read.
+func (s *sseReader) end() { s.ended = true }
 
 // feed reads p, calling sink for every event it completes.
 func (s *sseReader) feed(p []byte, sink sseSink) {
+	if s.ended {
+		return
+	}
 	if s.bomAt < len(bom) {
 		p = s.skipBOM(p)
 	}
-	for len(p) > 0 {
+	for len(p) > 0 && !s.ended {
 		if s.lastCR {
 			s.lastCR = false
 			if p[0] == '\n' {
@@ -197,7 +207,9 @@ func (s *sseReader) dispatch(sink sseSink) {
 
 // pending reports whether an event's data has been read without its blank
 // line, or a last line without its line end.
-func (s *sseReader) pending() bool { return s.hasData || s.hasPend || len(s.line) > 0 }
+func (s *sseReader) pending() bool {
+	return !s.ended && (s.hasData || s.hasPend || len(s.line) > 0)
+}
 
 // flush dispatches an event left without its blank line (a stream's last
 // event, when the writer ended it with a single newline).
