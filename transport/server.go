@@ -132,7 +132,7 @@ func (s *Server) listen() error {
 	if err != nil {
 		return fmt.Errorf("HTTP address: %w", err)
 	}
-	s.httpL = &limitListener{Listener: l, c: s.col}
+	s.httpL = newLimitListener(l, s.col)
 	s.httpAddr = l.Addr()
 	s.log.Info("serving HTTP", "addr", l.Addr().String(), "token", s.col.cfg.Token != "")
 	mux := http.NewServeMux()
@@ -273,17 +273,46 @@ func (s *Server) closeListeners() {
 // a stream's is, until one of its requests proves its producer: the token
 // presented (a bearer header or the body's HELLO), or, with none asked, a
 // body that delivered a HELLO or an update.
+//
+// Its accept errors are counted and retried as Collector.Serve's are:
+// net/http's Serve retries only the errors it takes for temporary (EMFILE)
+// and returns on the rest — EPROTO and the other network errors Linux's
+// accept passes on from a peer, ENOBUFS, ENOMEM, EPERM from a firewall
+// rule — which ended Run, and the stream listeners with it.
 type limitListener struct {
 	net.Listener
-	c *Collector
+	c         *Collector
+	closed    chan struct{} // closed by Close: a backoff ends at once
+	closeOnce sync.Once
+}
+
+func newLimitListener(l net.Listener, c *Collector) *limitListener {
+	return &limitListener{Listener: l, c: c, closed: make(chan struct{})}
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
+	var backoff time.Duration
 	for {
 		conn, err := l.Listener.Accept()
 		if err != nil {
-			return nil, err // net/http backs off on temporary errors
+			if errors.Is(err, net.ErrClosed) {
+				return nil, err
+			}
+			backoff = l.c.acceptFailed(err, backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-l.closed: // the next Accept returns net.ErrClosed
+			}
+			t.Stop()
+			continue
 		}
+		backoff = 0
 		if l.c.admitConn() || l.c.evictPending() {
 			rc := &releaseConn{Conn: conn, slot: slot{c: l.c, conn: conn}}
 			l.c.mu.Lock()
