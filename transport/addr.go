@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -48,9 +49,10 @@ func ParseAddr(s string) (Addr, error) {
 // telemetry, so it takes an explicit choice and, sensibly, a token.
 var ErrNotLoopback = errors.New("transport: not a loopback address (listening for other hosts needs allow-remote, and a token)")
 
-// Listen listens on a. A Unix socket left behind by a dead collector is
-// removed first; one a live collector still answers on is not. TCP listens
-// only on loopback addresses unless allowRemote.
+// Listen listens on a. A Unix socket left behind by a dead collector (a
+// dial to it is refused) is removed first; one a live collector still
+// answers on, or whose dial fails otherwise (a full accept queue), is not.
+// TCP listens only on loopback addresses unless allowRemote.
 func Listen(a Addr, allowRemote bool) (net.Listener, error) {
 	switch a.Network {
 	case "unix":
@@ -59,6 +61,13 @@ func Listen(a Addr, allowRemote bool) (net.Listener, error) {
 			if err == nil {
 				_ = c.Close()
 				return nil, fmt.Errorf("transport: %s: a collector is already listening", a)
+			}
+			// Only a refused dial says nobody listens there. A live
+			// collector whose accept queue is full (a flood, the fd
+			// limit) answers EAGAIN: removing its socket would cut its
+			// producers off, and its exit would unlink ours.
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				return nil, fmt.Errorf("transport: %s: cannot tell whether a collector listens there, so the socket is kept: %w", a, err)
 			}
 			_ = os.Remove(a.Address)
 		}
