@@ -519,7 +519,9 @@ func strField(r *reader, u *otelstats.Update, id byte, s []byte) {
 		u.LoRAAdapter = string(s)
 	case fieldSampling:
 		var sp samplingJSON
-		if err := json.Unmarshal(s, &sp); err != nil {
+		// As in the update log, a NaN or Infinity (Python's json.dumps
+		// writes them) is an absent param, not a malformed frame.
+		if err := json.Unmarshal(finiteJSON(s), &sp); err != nil {
 			r.fail("sampling_params is not a JSON object of sampling params")
 			return
 		}

@@ -266,3 +266,25 @@ func TestSamplingIntegralFloats(t *testing.T) {
 		}
 	}
 }
+
+// The binary encoding's sampling_params field is "a JSON object as in the
+// update log": a Python producer writes it with json.dumps, whose NaN and
+// Infinity the update log reads as absent. The binary decoder refused the
+// frame as malformed, and with an ARRIVED's frame the whole request.
+func TestBinarySamplingNonFinite(t *testing.T) {
+	for _, js := range []string{
+		`{"temperature": NaN, "max_tokens": 16}`,
+		`{"temperature": Infinity, "top_p": -Infinity, "max_tokens": 16}`,
+		`{"max_tokens": 16, "stop": ["NaN"], "presence_penalty": NaN}`,
+	} {
+		b := AppendUpdate(nil, &otelstats.Update{RequestID: "s", Kind: otelstats.KindArrived, Model: "m"}, Stamp{Ns: 1_700_000_000e9})
+		b = append(b, fieldSampling, byte(len(js)))
+		b = append(b, js...)
+		binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+		f, _, err := DecodeFrame(b, DefaultMaxFrame)
+		if err != nil || f.Reject != nil || f.Update.Sampling == nil || f.Update.Sampling.MaxTokens == nil || *f.Update.Sampling.MaxTokens != 16 ||
+			f.Update.Sampling.Temperature != nil || f.Update.Sampling.TopP != nil || f.Update.Sampling.PresencePenalty != nil {
+			t.Errorf("%s: %+v, %v; want max_tokens 16, the non-finite params absent", js, f.Update.Sampling, err)
+		}
+	}
+}
