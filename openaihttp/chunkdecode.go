@@ -276,8 +276,7 @@ func (p *chunkParser) choices(c *chunkJSON) {
 			}
 			p.i++
 		}
-		c.Choices = append(c.Choices, choiceJSON{})
-		p.choice(&c.Choices[len(c.Choices)-1])
+		p.choice(c.Choices.next()) // bounded: choiceList
 	}
 }
 

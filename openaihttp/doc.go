@@ -283,7 +283,9 @@
 //
 // Everything from outside is bounded: the fields kept of a body (4 KiB of
 // model, 8 KiB of stop, 64 bytes per number), one SSE event and a
-// response's choices (WithEventLimit, 1 MiB), the deliveries held (4,096),
+// response's choices (WithEventLimit, 1 MiB), the choices read of one
+// chunk or response (129: each past OpenAI's 128 is read into the last in
+// turn, so the last stands), the deliveries held (4,096),
 // the stall events on a span (32), strings put on spans (see above), and
 // the bytes of bodies one Handler or Proxy holds over all its requests
 // (WithBodyBudget, 64 MiB; refusals counted in
