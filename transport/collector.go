@@ -606,8 +606,8 @@ func (c *Collector) Handler() http.Handler {
 // the token is required and missing or wrong, 408 when the body stalled
 // past the server's ReadTimeout (what came before is recorded; only an
 // HTTP/2 stream hears it, as HTTP/1.1's read deadline cuts the whole
-// connection), 400 for a body that is neither encoding, 405 for anything
-// but POST.
+// connection), 400 for a body that is neither encoding (415 when it has a
+// Content-Encoding: none is decoded), 405 for anything but POST.
 func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -639,12 +639,31 @@ func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusRequestEntityTooLarge
 	case st.TimedOut > 0:
 		code = http.StatusRequestTimeout
+	case st.Garbage > 0 && contentCoded(r):
+		// A compressed body (gzip, …), which is read as it came: its
+		// producer is told to send it uncompressed (RFC 9110 §15.5.16),
+		// not that its data is garbage.
+		w.Header().Set("Accept-Encoding", "identity")
+		code = http.StatusUnsupportedMediaType
 	case st.Garbage > 0:
 		code = http.StatusBadRequest
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(&st)
+}
+
+// contentCoded reports whether r's body has a content coding other than
+// identity.
+func contentCoded(r *http.Request) bool {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // bearer returns the token of an "Authorization: Bearer TOKEN" header.
