@@ -196,7 +196,12 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 		}
 		a, err := transport.ParseAddr(l)
 		if err != nil {
-			return bad("-listen %q: want unix:PATH, tcp:HOST:PORT or - (%v)", l, errors.Unwrap(err))
+			// The cause, when ParseAddr has one (a bad port); an address
+			// of no known form has none, and said "(<nil>)".
+			if cause := errors.Unwrap(err); cause != nil {
+				return bad("-listen %q: want unix:PATH, tcp:HOST:PORT or - (%v)", l, cause)
+			}
+			return bad("-listen %q: want unix:PATH, tcp:HOST:PORT or -", l)
 		}
 		sc.Listen = append(sc.Listen, a)
 	}

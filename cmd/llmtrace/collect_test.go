@@ -180,6 +180,14 @@ func TestCollectUsage(t *testing.T) {
 	if code := collect(context.Background(), []string{"-listen", "tcp:[::1]:99999"}, nil, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), "invalid port") {
 		t.Errorf("port 99999: exit %d: %s", code, stderr.String())
 	}
+	// An address of no known form says so, without a "(<nil>)" cause.
+	for _, addr := range []string{"bogus", "udp:1.2.3.4:5", "unix:"} {
+		stderr.Reset()
+		if code := collect(context.Background(), []string{"-listen", addr}, nil, &bytes.Buffer{}, &stderr); code != 2 ||
+			!strings.Contains(stderr.String(), "want unix:PATH") || strings.Contains(stderr.String(), "nil") {
+			t.Errorf("-listen %s: exit %d: %s", addr, code, stderr.String())
+		}
+	}
 }
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
