@@ -56,6 +56,11 @@ type config struct {
 	eventLimit int
 	budgetSize int64
 	prop       propagation.TextMapPropagator
+	// propFields are the headers prop writes, canonical, with B3's
+	// X-B3-ParentSpanId, which it does not list: the proxy clears them
+	// all before it writes the upstream's (built by newConfig, once: a
+	// composite propagator's Fields allocates).
+	propFields []string
 	trust      func(*http.Request) bool
 	public     func(*http.Request) bool
 	requestID  func(*http.Request) string
@@ -109,6 +114,7 @@ func newConfig(opts []Option) (*config, error) {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
 	c.stall = c.stall.withDefaults()
+	c.propFields = injectedHeaders(c.prop)
 	c.maxBody = max(c.maxBody, c.peekLimit)
 	c.responseFields = newResponseFields(c.eventLimit)
 	c.responseFieldsCapture = withOutput(c.responseFields)

@@ -2,6 +2,7 @@ package openaihttp_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -60,5 +61,56 @@ func TestProxyUntrustedDebugFlag(t *testing.T) {
 				t.Errorf("the upstream was told sampled %v, the trace kept: %v (%s)", told, s.Sampled, s.SamplingReason)
 			}
 		})
+	}
+}
+
+// TestProxyClearsCallersB3Headers: the B3 headers a caller sent that the
+// proxy's propagator does not write itself (X-B3-ParentSpanId, which B3
+// does not list; the multi headers beside a single-header b3) do not reach
+// the upstream beside the proxy's own, whatever the trust.
+func TestProxyClearsCallersB3Headers(t *testing.T) {
+	const tid, sid, psid = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", "1111111111111111"
+	for _, tc := range []struct {
+		name string
+		prop propagation.TextMapPropagator
+		hdr  []string
+		gone []string // headers the upstream must not get
+	}{
+		{"b3multi, parent span id", b3.New(b3.WithInjectEncoding(b3.B3MultipleHeader)),
+			[]string{"X-B3-TraceId", tid, "X-B3-SpanId", sid, "X-B3-ParentSpanId", psid, "X-B3-Sampled", "1"}, []string{"X-B3-ParentSpanId"}},
+		{"b3 single, caller's multi headers", b3.New(b3.WithInjectEncoding(b3.B3SingleHeader)),
+			[]string{"X-B3-TraceId", tid, "X-B3-SpanId", sid, "X-B3-ParentSpanId", psid, "X-B3-Flags", "1"},
+			[]string{"X-B3-TraceId", "X-B3-SpanId", "X-B3-ParentSpanId", "X-B3-Flags"}},
+		{"tracecontext and b3", propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, b3.New()),
+			[]string{"b3", tid + "-" + sid + "-1-" + psid, "X-B3-ParentSpanId", psid}, []string{"X-B3-ParentSpanId"}},
+	} {
+		for _, trusted := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/trusted=%v", tc.name, trusted), func(t *testing.T) {
+				var mu sync.Mutex
+				var got http.Header
+				stream := streamOf("a")
+				up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					mu.Lock()
+					got = r.Header.Clone()
+					mu.Unlock()
+					stream.ServeHTTP(w, r)
+				})
+				h := newHarness(t, up, []openaihttp.Option{openaihttp.WithPropagators(tc.prop), openaihttp.WithTrustIncomingSampling(trusted)})
+				resp := h.post(context.Background(), "/v1/chat/completions", proxyChatBody, tc.hdr...)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				h.waitStats(1)
+				mu.Lock()
+				defer mu.Unlock()
+				for _, k := range tc.gone {
+					if v := got.Values(k); len(v) > 0 {
+						t.Errorf("the upstream got the caller's %s: %q", k, v)
+					}
+				}
+				if sc := trace.SpanContextFromContext(tc.prop.Extract(context.Background(), propagation.HeaderCarrier(got))); sc.TraceID().String() != tid {
+					t.Errorf("the upstream's trace %s, want the caller's %s", sc.TraceID(), tid)
+				}
+			})
+		}
 	}
 }

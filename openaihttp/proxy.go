@@ -255,8 +255,8 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	delete(pr.Out.Header, "Tracestate")
 	// Every header the propagators write is ours, not the caller's left
 	// beside it (an X-B3-Flags: 1 the B3 propagator would not overwrite).
-	for _, f := range p.cfg.prop.Fields() {
-		delete(pr.Out.Header, headerKey(f))
+	for _, f := range p.cfg.propFields {
+		delete(pr.Out.Header, f)
 	}
 	ctx := c.in.ctx
 	if !c.in.trusted {
@@ -264,7 +264,10 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 		// in the extracted context and would be injected as they came,
 		// sampling upstream whatever this proxy decided: an untrusted
 		// caller's flags decide nothing, so only its baggage goes on.
-		ctx = baggage.ContextWithBaggage(context.Background(), baggage.FromContext(c.in.ctx))
+		ctx = context.Background()
+		if bag := baggage.FromContext(c.in.ctx); bag.Len() > 0 {
+			ctx = baggage.ContextWithBaggage(ctx, bag)
+		}
 	}
 	p.cfg.prop.Inject(trace.ContextWithSpanContext(ctx, c.upstreamSpan()), headerCarrier(pr.Out.Header))
 }

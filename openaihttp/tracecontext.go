@@ -3,6 +3,8 @@ package openaihttp
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -122,3 +124,32 @@ func (c headerCarrier) Values(key string) []string { return c[headerKey(key)] }
 func (c headerCarrier) Set(key, value string) { c[headerKey(key)] = []string{value} }
 
 func (c headerCarrier) Keys() []string { return propagation.HeaderCarrier(c).Keys() }
+
+// injectedHeaders are the canonical keys of the headers p writes, and, for
+// B3, all of B3's: its multi-header encoding does not list
+// X-B3-ParentSpanId, which names the caller's span's parent, and its
+// single-header one lists none of the multi headers, which a caller may
+// send too. Left beside the ids the proxy writes, they would point the
+// upstream's B3 reader at a parent that is not the proxy's span, or carry
+// an untrusted caller's X-B3-Flags: 1.
+func injectedHeaders(p propagation.TextMapPropagator) []string {
+	var keys []string
+	add := func(k string) {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	for _, f := range p.Fields() {
+		k := headerKey(f)
+		add(k)
+		if k == "B3" || strings.HasPrefix(k, "X-B3-") {
+			for _, b := range b3Headers {
+				add(b)
+			}
+		}
+	}
+	return keys
+}
+
+// b3Headers are B3's multi-header encoding's headers, canonical.
+var b3Headers = []string{"X-B3-Traceid", "X-B3-Spanid", "X-B3-Parentspanid", "X-B3-Sampled", "X-B3-Flags"}
