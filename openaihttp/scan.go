@@ -114,6 +114,10 @@ func (s *fieldScanner) init(set *fieldSet, h *hold) {
 // complete reports whether the object's closing brace was read.
 func (s *fieldScanner) complete() bool { return s.done }
 
+// finished reports whether the scanner reads nothing more: the object
+// ended, was not JSON, or the scanner was released.
+func (s *fieldScanner) finished() bool { return s.done || s.bad || s.stopped }
+
 // value returns the raw value of wanted key i ("" when absent, cut off or
 // over its cap) and whether it was over its cap.
 func (s *fieldScanner) value(i int) (json.RawMessage, bool) {
