@@ -54,35 +54,42 @@ const maxChoices = 128
 // the choices past them are decoded into in turn (choiceList).
 const maxChunkChoices = maxChoices + 1
 
-// choiceList is a chunk's choices, at most maxChunkChoices of them: past
-// that each further choice is decoded into the last element in turn, so
-// that the last one stands. Decoded in full, a hostile upstream's 1 MiB
-// event of `{}` choices took 369,322 elements of 48 bytes, 17 MiB kept for
-// the request's life and some 80 MiB allocated per event, outside the
-// body budget. No server sends more than OpenAI's n in one chunk.
-type choiceList []choiceJSON
+// choiceList is a chunk's choices, at most maxChunkChoices of them
+// (capped). Decoded in full, a hostile upstream's 1 MiB event of `{}`
+// choices took 369,322 elements of 48 bytes, 17 MiB kept for the
+// request's life and some 80 MiB allocated per event, outside the body
+// budget. No server sends more than OpenAI's n in one chunk.
+type choiceList = capped[choiceJSON]
 
-// next returns the element the next choice is decoded into, zeroed.
-func (l *choiceList) next() *choiceJSON {
+// capped is a JSON array of at most maxChunkChoices elements: past that
+// each further element is decoded into the last one in turn, so that the
+// last stands. The arrays an upstream sends (choices, a message's tool
+// calls) are read through it, so that a small element (`{}`) cannot
+// become a much larger decoded one thousands of times over.
+type capped[T any] []T
+
+// next returns the element the next one is decoded into, zeroed.
+func (l *capped[T]) next() *T {
+	var zero T
 	if len(*l) < maxChunkChoices {
-		*l = append(*l, choiceJSON{})
+		*l = append(*l, zero)
 	} else {
-		(*l)[len(*l)-1] = choiceJSON{}
+		(*l)[len(*l)-1] = zero
 	}
 	return &(*l)[len(*l)-1]
 }
 
-// UnmarshalJSON decodes as encoding/json decodes a []choiceJSON (it has
-// checked that b is valid JSON), within the bound: each element with
-// encoding/json itself, so that rawText points into the caller's data.
-func (l *choiceList) UnmarshalJSON(b []byte) error {
+// UnmarshalJSON decodes as encoding/json decodes a []T (it has checked
+// that b is valid JSON), within the bound: each element with
+// encoding/json itself, so that a rawText points into the caller's data.
+func (l *capped[T]) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
 	if string(b) == "null" {
 		*l = nil
 		return nil
 	}
 	if len(b) < 2 || b[0] != '[' {
-		return &json.UnmarshalTypeError{Value: "non-array", Type: reflect.TypeFor[choiceList]()}
+		return &json.UnmarshalTypeError{Value: "non-array", Type: reflect.TypeFor[capped[T]]()}
 	}
 	*l = (*l)[:0]
 	for rest := b[1 : len(b)-1]; len(bytes.TrimSpace(rest)) > 0; {

@@ -46,24 +46,29 @@ type callOut struct {
 }
 
 // outputJSON is what a chunk, an event or a whole response's choices carry.
+// Its arrays are capped, as the chunk decoder's are: captured or not, a
+// hostile upstream's event of `{}` elements is not decoded into hundreds
+// of thousands of structs.
 type outputJSON struct {
-	Choices []struct {
-		Index        int          `json:"index"`
-		Text         *string      `json:"text"`
-		FinishReason *string      `json:"finish_reason"`
-		Delta        *messageJSON `json:"delta"`
-		Message      *messageJSON `json:"message"`
-	} `json:"choices"`
-	Type  string          `json:"type"`
-	Delta json.RawMessage `json:"delta"`
+	Choices capped[outputChoiceJSON] `json:"choices"`
+	Type    string                   `json:"type"`
+	Delta   json.RawMessage          `json:"delta"`
+}
+
+type outputChoiceJSON struct {
+	Index        int          `json:"index"`
+	Text         *string      `json:"text"`
+	FinishReason *string      `json:"finish_reason"`
+	Delta        *messageJSON `json:"delta"`
+	Message      *messageJSON `json:"message"`
 }
 
 type messageJSON struct {
-	Role             string          `json:"role"`
-	Content          json.RawMessage `json:"content"`
-	ReasoningContent *string         `json:"reasoning_content"` // vLLM, DeepSeek
-	Reasoning        *string         `json:"reasoning"`         // vLLM's newer name
-	ToolCalls        []toolCallJSON  `json:"tool_calls"`
+	Role             string               `json:"role"`
+	Content          json.RawMessage      `json:"content"`
+	ReasoningContent *string              `json:"reasoning_content"` // vLLM, DeepSeek
+	Reasoning        *string              `json:"reasoning"`         // vLLM's newer name
+	ToolCalls        capped[toolCallJSON] `json:"tool_calls"`
 }
 
 // add reads one chunk, event or response.
