@@ -14,6 +14,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/llmtrace/llmtrace/internal/gunzip"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -41,7 +42,7 @@ const secondLog = `{"request_id":"r2","type":"ARRIVED","ts":1700000001.000,"mode
 {"request_id":"r2","type":"FINISHED","ts":1700000001.021,"finish_reason":"length"}
 `
 
-// replayBytes replays in through maybeGunzip as runReplay does and returns
+// replayBytes replays in through gunzip.Maybe as runReplay does and returns
 // the read error, the request ids printed, the rejected lines and the
 // rejections counted by reason.
 func replayBytes(t *testing.T, in io.Reader) (ids []string, rejected int, byReason map[string]int64, err error) {
@@ -57,7 +58,7 @@ func replayBytes(t *testing.T, in io.Reader) (ids []string, rejected int, byReas
 	if terr != nil {
 		t.Fatal(terr)
 	}
-	err = r.read(tr, maybeGunzip(in))
+	err = r.read(tr, gunzip.Maybe(in))
 	tr.Flush()
 	_ = tr.Shutdown(context.Background())
 	if ferr := r.out.Flush(); ferr != nil {
@@ -92,7 +93,7 @@ func (f *failingReader) Read(p []byte) (int, error) {
 
 // TestReplayGzip: a gzip-compressed log is known by its magic bytes and
 // read as the plain one is, every member of a concatenation included; a
-// truncated or corrupt one ends the read with a *gzipError after every
+// truncated or corrupt one ends the read with a *gunzip.Error after every
 // update before the damage was recorded; the input's own failure (an
 // interrupt) is not called corruption.
 func TestReplayGzip(t *testing.T) {
@@ -113,7 +114,7 @@ func TestReplayGzip(t *testing.T) {
 		in       io.Reader
 		ids      []string
 		wantErr  error // matched with errors.Is; nil: none
-		corrupt  bool  // the error is a *gzipError
+		corrupt  bool  // the error is a *gunzip.Error
 		rejected int
 	}{
 		{name: "plain", in: strings.NewReader(readmeLog + secondLog), ids: []string{"r1", "r2"}},
@@ -124,7 +125,7 @@ func TestReplayGzip(t *testing.T) {
 		{name: "a member boundary inside a line", in: bytes.NewReader(split), ids: []string{"r1", "r2"}},
 		{name: "an empty member", in: bytes.NewReader(gz(t, "", readmeLog, "")), ids: []string{"r1"}},
 		{name: "second member truncated", in: bytes.NewReader(truncated), ids: []string{"r1"}, wantErr: io.ErrUnexpectedEOF, corrupt: true},
-		{name: "header only", in: bytes.NewReader(gzipMagic[:]), wantErr: io.ErrUnexpectedEOF, corrupt: true},
+		{name: "header only", in: bytes.NewReader(gunzip.Magic[:]), wantErr: io.ErrUnexpectedEOF, corrupt: true},
 		{name: "bad checksum", in: bytes.NewReader(badCRC), ids: []string{"r1"}, wantErr: gzip.ErrChecksum, corrupt: true},
 		{name: "bad deflate data", in: bytes.NewReader(badDeflate), ids: []string{"r1"}, corrupt: true},
 		{name: "garbage after a member", in: bytes.NewReader(append(append([]byte{}, first...), "{\"request_id\":\"r9\",\"type\":\"ARRIVED\"}\n"...)), ids: []string{"r1"}, wantErr: gzip.ErrHeader, corrupt: true},
@@ -135,14 +136,14 @@ func TestReplayGzip(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ids, rejected, _, err := replayBytes(t, c.in)
-			var ge *gzipError
+			var ge *gunzip.Error
 			switch {
 			case c.wantErr == nil && !c.corrupt && err != nil:
 				t.Errorf("read error %v, want none", err)
 			case c.wantErr != nil && !errors.Is(err, c.wantErr):
 				t.Errorf("read error %v, want %v", err, c.wantErr)
 			case errors.As(err, &ge) != c.corrupt:
-				t.Errorf("read error %v (%T): a *gzipError %v, want %v", err, err, ge != nil, c.corrupt)
+				t.Errorf("read error %v (%T): a *gunzip.Error %v, want %v", err, err, ge != nil, c.corrupt)
 			}
 			if ge != nil && !strings.Contains(ge.Error(), "truncated or corrupt") {
 				t.Errorf("error %q does not say what is wrong", ge)
@@ -201,7 +202,7 @@ func TestReplayGzipBomb(t *testing.T) {
 }
 
 // FuzzMaybeGunzip: any input reads without a panic; one without gzip's
-// magic reads unchanged; one with it reads to its end or to a *gzipError;
+// magic reads unchanged; one with it reads to its end or to a *gunzip.Error;
 // and any content compressed as two members reads back whole.
 func FuzzMaybeGunzip(f *testing.F) {
 	f.Add([]byte(readmeLog), uint16(7))
@@ -213,13 +214,13 @@ func FuzzMaybeGunzip(f *testing.F) {
 	zw.Close()
 	f.Add(b.Bytes(), uint16(3))
 	f.Fuzz(func(t *testing.T, data []byte, at uint16) {
-		got, err := io.ReadAll(maybeGunzip(bytes.NewReader(data)))
-		if len(data) < 2 || data[0] != gzipMagic[0] || data[1] != gzipMagic[1] {
+		got, err := io.ReadAll(gunzip.Maybe(bytes.NewReader(data)))
+		if len(data) < 2 || data[0] != gunzip.Magic[0] || data[1] != gunzip.Magic[1] {
 			if err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("input without gzip's magic read as %q, %v", got, err)
 			}
-		} else if ge := (*gzipError)(nil); err != nil && !errors.As(err, &ge) {
-			t.Fatalf("a gzip input's error %v (%T) is no *gzipError", err, err)
+		} else if ge := (*gunzip.Error)(nil); err != nil && !errors.As(err, &ge) {
+			t.Fatalf("a gzip input's error %v (%T) is no *gunzip.Error", err, err)
 		}
 		// As two members, split anywhere.
 		i := 0
@@ -232,7 +233,7 @@ func FuzzMaybeGunzip(f *testing.F) {
 			zw.Write(part)
 			zw.Close()
 		}
-		got, err = io.ReadAll(maybeGunzip(&two))
+		got, err = io.ReadAll(gunzip.Maybe(&two))
 		if err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("two members of %d and %d bytes read as %d bytes, %v", i, len(data)-i, len(got), err)
 		}

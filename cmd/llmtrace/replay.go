@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/llmtrace/llmtrace/internal/gunzip"
 	"github.com/llmtrace/llmtrace/internal/summary"
 	"github.com/llmtrace/llmtrace/otelconf"
 	"github.com/llmtrace/llmtrace/otelstats"
@@ -140,7 +141,7 @@ func runReplay(ctx context.Context, cfg replayConfig, stdin io.Reader, stdout, s
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	readErr := r.read(tr, maybeGunzip(untilDone(ctx, in)))
+	readErr := r.read(tr, gunzip.Maybe(untilDone(ctx, in)))
 	if errors.Is(readErr, context.Canceled) {
 		fmt.Fprintln(stderr, "llmtrace replay: interrupted: the log is read no further")
 		readErr = nil

@@ -1,4 +1,8 @@
-package main
+// Package gunzip reads gzip-compressed input for llmtrace's readers of
+// updates: `llmtrace replay` (by content: Maybe) and the collector's HTTP
+// endpoint (by Content-Encoding: NewReader). Decompression streams, and a
+// truncated or corrupt input is a typed *Error after everything before it.
+package gunzip
 
 import (
 	"bufio"
@@ -7,42 +11,45 @@ import (
 	"io"
 )
 
-// gzipMagic opens every gzip member (RFC 1952). Detection goes by content,
+// Magic opens every gzip member (RFC 1952). Maybe detects by content,
 // not by a ".gz" name, so a compressed log piped to stdin is read as well
 // as a rotated foo.log.gz; an update log is JSON text and never opens with
 // 0x1f.
-var gzipMagic = [2]byte{0x1f, 0x8b}
+var Magic = [2]byte{0x1f, 0x8b}
 
-// gzipError is a gzip-compressed input that cannot be decompressed
+// Error is a gzip-compressed input that cannot be decompressed
 // further: truncated, corrupt (a bad checksum, bad deflate data), or
 // followed by bytes that are no gzip member. Offset is how many
 // decompressed bytes were read before it, all of them delivered.
-type gzipError struct {
+type Error struct {
 	Offset int64
 	Err    error
 }
 
-func (e *gzipError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("gzip-compressed input truncated or corrupt after %d decompressed bytes: %v", e.Offset, e.Err)
 }
 
-func (e *gzipError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// maybeGunzip returns in's content: decompressed when in opens with gzip's
+// Maybe returns in's content: decompressed when in opens with gzip's
 // magic bytes, else as it is. It reads nothing but in's first two bytes
 // before its first Read, so an input that is not compressed reads exactly
 // as before. Every member of a concatenated gzip (`cat a.gz b.gz`) is read,
 // as gzip(1) does. Decompression streams: memory does not grow with the
 // decompressed size, so the caller's line bound also bounds a gzip bomb.
-func maybeGunzip(in io.Reader) io.Reader {
+func Maybe(in io.Reader) io.Reader {
 	br := bufio.NewReaderSize(in, 64<<10)
-	if b, _ := br.Peek(2); len(b) < 2 || b[0] != gzipMagic[0] || b[1] != gzipMagic[1] {
+	if b, _ := br.Peek(2); len(b) < 2 || b[0] != Magic[0] || b[1] != Magic[1] {
 		// A Peek error (an empty input, an interrupt) is the first Read's.
 		return br
 	}
-	src := &errMemo{r: br}
-	return &gunzipReader{src: src}
+	return NewReader(br)
 }
+
+// NewReader decompresses in, a gzip stream (every member of a concatenated
+// one). It reads nothing of in before its first Read.
+func NewReader(in io.Reader) io.Reader { return &gunzipReader{src: &errMemo{r: in}} }
 
 // errMemo remembers the last error its reader returned but EOF, so that a
 // failure of the input itself (an interrupt, an I/O error) is told apart
@@ -91,11 +98,11 @@ func (g *gunzipReader) Read(p []byte) (int, error) {
 	return n, g.err
 }
 
-// wrap makes err a *gzipError unless it is the end of the input or the
+// wrap makes err an *Error unless it is the end of the input or the
 // input's own failure.
 func (g *gunzipReader) wrap(err error) error {
 	if err == io.EOF || g.src.err != nil {
 		return err
 	}
-	return &gzipError{Offset: g.n, Err: err}
+	return &Error{Offset: g.n, Err: err}
 }
