@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/llmtrace/llmtrace/attributes"
+	"github.com/llmtrace/llmtrace/internal/gunzip"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -606,8 +607,11 @@ func (c *Collector) Handler() http.Handler {
 // the token is required and missing or wrong, 408 when the body stalled
 // past the server's ReadTimeout (what came before is recorded; only an
 // HTTP/2 stream hears it, as HTTP/1.1's read deadline cuts the whole
-// connection), 400 for a body that is neither encoding (415 when it has a
-// Content-Encoding: none is decoded), 405 for anything but POST.
+// connection), 400 for a body that is neither encoding or a gzip body cut
+// short or corrupt (what came before the damage is recorded), 415 for a
+// Content-Encoding other than gzip, 405 for anything but POST. A gzip body
+// (Content-Encoding: gzip) is decompressed, and MaxBody bounds it
+// decompressed.
 func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -627,10 +631,18 @@ func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 		needAuth = false
 		sl.prove() // the token itself: the connection is proven before its body
 	}
-	body := http.MaxBytesReader(w, r.Body, c.cfg.MaxBody)
+	var body io.Reader = http.MaxBytesReader(w, r.Body, c.cfg.MaxBody)
+	gzipped := isGzip(r)
+	if gzipped {
+		// Decompressed, the body is bounded as a plain one is.
+		body = &inflatedLimit{r: gunzip.NewReader(body), left: c.cfg.MaxBody, limit: c.cfg.MaxBody}
+	}
 	st := c.serve(&stream{c: c, needAuth: needAuth, http: true, slot: sl}, body, "http "+r.RemoteAddr)
 	code := http.StatusAccepted
-	var mbe *http.MaxBytesError
+	var (
+		mbe *http.MaxBytesError
+		gze *gunzip.Error
+	)
 	switch {
 	case st.Unauthorized > 0:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="llmtrace"`)
@@ -639,18 +651,62 @@ func (c *Collector) serveUpdates(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusRequestEntityTooLarge
 	case st.TimedOut > 0:
 		code = http.StatusRequestTimeout
-	case st.Garbage > 0 && contentCoded(r):
-		// A compressed body (gzip, …), which is read as it came: its
-		// producer is told to send it uncompressed (RFC 9110 §15.5.16),
-		// not that its data is garbage.
-		w.Header().Set("Accept-Encoding", "identity")
+	case errors.As(st.Err, &gze):
+		// What came before the damage is recorded.
+		code = http.StatusBadRequest
+	case st.Garbage > 0 && !gzipped && contentCoded(r):
+		// A coding the endpoint does not read (deflate, br, zstd), read
+		// as it came: its producer is told which it takes (RFC 9110
+		// §15.5.16), not that its data is garbage.
+		w.Header().Set("Accept-Encoding", "gzip, identity")
 		code = http.StatusUnsupportedMediaType
 	case st.Garbage > 0:
 		code = http.StatusBadRequest
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(&st)
+	// The error that ended the body, said (StreamStats.Err is not JSON).
+	resp := struct {
+		*StreamStats
+		Error string `json:"error,omitempty"`
+	}{StreamStats: &st}
+	if st.Err != nil {
+		resp.Error = st.Err.Error()
+	}
+	_ = json.NewEncoder(w).Encode(&resp)
+}
+
+// isGzip reports whether r's body is gzip-compressed (Content-Encoding
+// gzip or x-gzip, alone: a log shipper's or a Python producer's compressed
+// post).
+func isGzip(r *http.Request) bool {
+	vs := r.Header.Values("Content-Encoding")
+	if len(vs) != 1 {
+		return false
+	}
+	v := strings.TrimSpace(vs[0])
+	return strings.EqualFold(v, "gzip") || strings.EqualFold(v, "x-gzip")
+}
+
+// inflatedLimit cuts a decompressed body at limit bytes with the
+// *http.MaxBytesError a plain body gets there: a compressed body is
+// bounded by what it inflates to, not only by what was sent (32 KiB of
+// gzip inflate to 32 MiB).
+type inflatedLimit struct {
+	r           io.Reader
+	left, limit int64
+}
+
+func (l *inflatedLimit) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, &http.MaxBytesError{Limit: l.limit}
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 // contentCoded reports whether r's body has a content coding other than

@@ -105,7 +105,10 @@
 // first byte arrives. A Server's HTTP server has ReadHeaderTimeout 10 s,
 // ReadTimeout and WriteTimeout 1 min, IdleTimeout 2 min and
 // MaxHeaderBytes 64 KiB; a body is cut at Config.MaxBody (32 MiB), answered
-// 413 with what preceded the limit recorded. It speaks HTTP/1.1 and HTTP/2
+// 413 with what preceded the limit recorded. A body sent with
+// Content-Encoding: gzip is decompressed, MaxBody bounding it decompressed;
+// one cut short or corrupt is answered 400 with what came before the
+// damage recorded, and another coding 415. It speaks HTTP/1.1 and HTTP/2
 // over cleartext with prior knowledge (h2c), one stream at a time per
 // HTTP/2 connection, so that MaxConns bounds the bodies read at once as
 // over HTTP/1.1; ReadTimeout cuts one stream's stalled body (answered

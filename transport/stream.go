@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/llmtrace/llmtrace/internal/gunzip"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -98,6 +99,10 @@ func skipBOM(br *bufio.Reader) bool {
 }
 
 func (s *stream) setErr(err error) {
+	if ge := (*gunzip.Error)(nil); errors.As(err, &ge) {
+		s.st.Err = err // a gzip body cut short is damage, not a producer's end
+		return
+	}
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return
 	}

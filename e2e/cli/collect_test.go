@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -204,7 +205,8 @@ func produce(t testing.TB, cfg transport.ProducerConfig, ids ...string) transpor
 
 // TestCollectHTTP: the README's `collect -listen … -http ADDR` (which
 // panicked at start): POST /v1/updates in both encodings, /healthz,
-// /metrics with -prometheus, and -stats-out readable while collect runs.
+// a gzip-compressed body, /metrics with -prometheus, and -stats-out
+// readable while collect runs.
 func TestCollectHTTP(t *testing.T) {
 	dir := shortDir(t)
 	c := startCollect(t, noExport(), "-listen", "unix:"+filepath.Join(dir, "c.sock"), "-http", "127.0.0.1:0", "-prometheus")
@@ -228,9 +230,24 @@ func TestCollectHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	s := c.waitStats("http-json", "http-binary")
+	// Compressed, as a log shipper posts it.
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(jsonBody("http-gzip"))
+	zw.Close()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/updates", &gz)
+	req.Header.Set("Content-Encoding", "gzip")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Errorf("gzip POST: %d", resp.StatusCode)
+	}
+	s := c.waitStats("http-json", "http-binary", "http-gzip")
 	checkComplete(t, "http-json", s["http-json"])
 	checkComplete(t, "http-binary", s["http-binary"])
+	checkComplete(t, "http-gzip", s["http-gzip"])
 	for path, want := range map[string]string{"/healthz": "ok", "/metrics": "llm_collector_updates"} {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -243,7 +260,7 @@ func TestCollectHTTP(t *testing.T) {
 		}
 	}
 	http.DefaultClient.CloseIdleConnections()
-	if n := c.stopped(); n["updates"] != 20 || n["rejected"] != 0 || n["dropped"] != 0 {
+	if n := c.stopped(); n["updates"] != 30 || n["rejected"] != 0 || n["dropped"] != 0 {
 		t.Errorf("final counters %v", n)
 	}
 }
