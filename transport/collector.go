@@ -166,6 +166,7 @@ type Collector struct {
 	cfg    Config
 	tr     *otelstats.Tracker
 	log    *slog.Logger
+	logs   logLimit // of the stream-end lines
 	seed   maphash.Seed
 	queues []chan item
 
@@ -563,7 +564,14 @@ func (c *Collector) putReader(br *bufio.Reader) {
 }
 
 func (c *Collector) logStream(from string, st *StreamStats) {
+	ok, suppressed := c.logs.allow(time.Now())
+	if !ok {
+		return
+	}
 	attrs := []any{"from", from, "producer", st.Producer, "encoding", st.Encoding, "updates", st.Updates}
+	if suppressed > 0 {
+		attrs = append(attrs, "lines_suppressed", suppressed)
+	}
 	bad := st.Dropped + st.Malformed + st.Truncated + st.Oversized + st.Garbage + st.NoAnchor + st.Unauthorized + st.TimedOut
 	if bad > 0 || st.Err != nil {
 		attrs = append(attrs, "dropped", st.Dropped, "malformed", st.Malformed, "truncated", st.Truncated,
