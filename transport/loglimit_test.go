@@ -1,10 +1,8 @@
 package transport
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -35,29 +33,11 @@ func TestLogLimit(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer a logger writes from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestStreamEndLinesBounded: a producer that connects and leaves in a loop
 // costs the collector a bounded number of log lines; every stream is still
 // counted.
 func TestStreamEndLinesBounded(t *testing.T) {
-	var out syncBuffer
+	var out lockedBuf
 	e := newEnv(t, Config{Logger: slog.New(slog.NewTextHandler(&out, nil))})
 	const n = 200
 	start := time.Now()
