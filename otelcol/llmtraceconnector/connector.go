@@ -121,6 +121,9 @@ type nameSet struct {
 func newNameSet(configured []string) nameSet {
 	s := nameSet{names: map[string]struct{}{}, fixed: len(configured) > 0}
 	for _, n := range configured {
+		// As an arriving name is cut and cleaned (reconstruct bounds it): a
+		// configured name past the cap, or not UTF-8, could never match.
+		n, _ = textcap.Clean(n, reconstruct.MaxNameLength)
 		s.names[n] = struct{}{}
 	}
 	return s
