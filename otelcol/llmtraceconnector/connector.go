@@ -311,7 +311,11 @@ func isFailure(reason string) bool {
 
 // record adds one request to its resource's series.
 func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstruct.Request, ts pcommon.Timestamp) {
-	ok := !isFailure(r.FinishReason)
+	// An error status is a failure whatever the finish reason says (none,
+	// or one written before the failure), as error.type below treats it:
+	// such a request must not admit its model or adapter name, or failing
+	// requests with invented names would take every max_models slot.
+	ok := !isFailure(r.FinishReason) && !r.Failed
 	l := labels{op: c.ops.label(r.Operation, true, len(seedOperations)+maxExtraOperations),
 		provider: c.providers.label(r.Provider, true, len(seedProviders)+maxExtraProviders),
 		model:    c.models.label(r.Model, ok, c.cfg.MaxModels), adapter: c.adapters.label(r.LoRAAdapter, ok, c.cfg.MaxModels),
