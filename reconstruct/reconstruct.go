@@ -165,6 +165,14 @@ func Compute(s *Span, e Engine) (Request, bool) {
 	if !representable(s.Start) || !representable(s.End) {
 		return r, false
 	}
+	if r.InputTokens >= 0 && r.CachedTokens > r.InputTokens {
+		// More cached than prompt tokens contradicts SPEC §1 (cached ≤
+		// computed ≤ prompt), which the tracker rejects: kept, the
+		// rebuilt prefill would say it read more from the cache than it
+		// computed. The cached count is dropped, and counted.
+		r.CachedTokens = -1
+		r.Clamped++
+	}
 	ttft, hasTTFT := r.duration(s.Latency.TTFT)
 	if hasTTFT && ttft == 0 && e.ZeroTTFTAbsent {
 		hasTTFT = false

@@ -365,3 +365,39 @@ func TestComputeSGLangRoleFromName(t *testing.T) {
 		t.Errorf("llm.pd.role overridden: %q", r.PDRole)
 	}
 }
+
+// TestComputeCachedAbovePrompt: more cached than prompt tokens contradicts
+// SPEC §1 (cached ≤ computed ≤ prompt): the cached count is dropped and
+// counted as clamped, so the rebuilt prefill does not claim to have read
+// more from the cache than the prompt holds. Within the prompt, or without
+// a prompt count, it stands.
+func TestComputeCachedAbovePrompt(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		input, cached        int
+		wantCached, wantClmp int
+	}{
+		{"above the prompt", 10, 1_000_000, -1, 1},
+		{"no prompt tokens, some cached", 0, 5, -1, 1},
+		{"the whole prompt cached", 100, 100, 100, 0},
+		{"no prompt count", -1, 40, 40, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := span(1001, lat(300, 1000, 50, 200, 600))
+			s.InputTokens, s.CachedTokens = tc.input, tc.cached
+			r, ok := Compute(&s, VLLM)
+			if !ok || r.CachedTokens != tc.wantCached || r.Clamped != tc.wantClmp {
+				t.Fatalf("cached %d, clamped %d (ok %v); want %d, %d", r.CachedTokens, r.Clamped, ok, tc.wantCached, tc.wantClmp)
+			}
+			var tr spans.Tree
+			r.Tree(&tr)
+			for _, sp := range tr.Spans {
+				for _, kv := range sp.Attrs {
+					if kv.Key == attributes.PrefillCachedTokens && tc.wantCached < 0 {
+						t.Errorf("%s carries %s = %v", sp.Name, kv.Key, kv.Value.String())
+					}
+				}
+			}
+		})
+	}
+}
