@@ -47,9 +47,6 @@ func (s *sseReader) end() { s.ended = true }
 
 // feed reads p, calling sink for every event it completes.
 func (s *sseReader) feed(p []byte, sink sseSink) {
-	if s.ended {
-		return
-	}
 	if s.bomAt < len(bom) {
 		p = s.skipBOM(p)
 	}

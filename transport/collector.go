@@ -414,7 +414,7 @@ func (c *Collector) Serve(l net.Listener) error {
 				return err
 			}
 			backoff = c.acceptFailed(err, backoff)
-			if !c.pause(backoff) {
+			if !pause(backoff, c.shutdown) {
 				return nil
 			}
 			continue
@@ -488,14 +488,15 @@ func (c *Collector) acceptFailed(err error, backoff time.Duration) time.Duration
 	return backoff
 }
 
-// pause waits d, or returns false at once when the collector closes.
-func (c *Collector) pause(d time.Duration) bool {
+// pause waits d, or returns false at once when done is closed (the
+// collector's shutdown, a listener's Close).
+func pause(d time.Duration, done <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-c.shutdown:
+	case <-done:
 		return false
 	}
 }

@@ -304,12 +304,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 				return nil, err
 			}
 			backoff = l.c.acceptFailed(err, backoff)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-l.closed: // the next Accept returns net.ErrClosed
-			}
-			t.Stop()
+			pause(backoff, l.closed) // once closed, the next Accept returns net.ErrClosed
 			continue
 		}
 		backoff = 0

@@ -354,11 +354,10 @@ func (c *metricsConnector) record(st *resourceState, sp ptrace.Span, r *reconstr
 	add(cPreemptions, int64(r.Preemptions), r.Preemptions > 0)
 	add(cPrompt, int64(r.InputTokens), r.InputTokens >= 0)
 	add(cGeneration, int64(r.OutputTokens), r.OutputTokens > 0)
-	// More cached tokens than prompt tokens contradicts SPEC §1 (cached ≤
-	// computed ≤ prompt), which the tracker rejects: counted, one such span
-	// (a broken engine, a hostile sender) would put the hits above the
-	// queries, a hit rate past 100 %, for every request of its series.
-	pc := r.CachedTokens >= 0 && r.InputTokens >= 0 && r.CachedTokens <= r.InputTokens
+	// A span's cached count above its prompt count (SPEC §1: cached ≤
+	// prompt) is dropped by reconstruct.Compute, so it counts no queries
+	// nor hits: one such span would put its series' hit rate past 100 %.
+	pc := r.CachedTokens >= 0 && r.InputTokens >= 0
 	if pc && r.Engine.NoExpand && r.InputTokens > 0 {
 		// An llmtrace root's cached tokens are the engine's prefix-cache
 		// hits only when it carries llm.prefix_cache.hit_ratio; without
