@@ -117,14 +117,24 @@ func (in *instruments) recordClient(m, schemeName, host string, port, status int
 
 // httpErrorType is the HTTP conventions' error.type of a response: the
 // status code of a 5xx (a server's own failure), else the failure named.
+// A failure that is the status itself (the request's error.type of a
+// status ≥ 400) is no failure of the server's below 500: the conventions
+// give a server's 4xx no error.type.
 func httpErrorType(status int, failure string) string {
-	if failure != "" && failure != "abort" {
+	if failure != "" && failure != "abort" && !isStatus(failure, status) {
 		return failure
 	}
 	if status >= 500 {
 		return strconv.Itoa(status)
 	}
 	return ""
+}
+
+// isStatus reports whether s is status written in decimal (without
+// strconv.Itoa, which allocates for three digits).
+func isStatus(s string, status int) bool {
+	return len(s) == 3 && status >= 100 && status <= 999 &&
+		s[0] == byte('0'+status/100) && s[1] == byte('0'+status/10%10) && s[2] == byte('0'+status%10)
 }
 
 // method is the conventions' http.request.method: a known method, or
