@@ -192,6 +192,7 @@ type batcher struct {
 	spans   []sdktrace.ReadOnlySpan
 	bytes   int // estimated encoded size of spans
 	failing bool
+	partial bool // the latest exports were partial successes (Rejected): reported once per run, as failures
 }
 
 func (b *batcher) add(q queued) {
@@ -289,8 +290,18 @@ func (b *batcher) export() {
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.exportTO)
 	err := p.exp.ExportSpans(ctx, b.spans)
 	cancel()
-	if err != nil {
-		p.count(0, len(b.spans))
+	n := len(b.spans)
+	if rejected, ok := Rejected(err); ok {
+		// Taken, but for the spans the backend rejected (Rejected).
+		rejected = min(max(rejected, 0), int64(n))
+		p.count(n-int(rejected), int(rejected))
+		b.failing = false
+		if !b.partial {
+			otel.Handle(err)
+		}
+		b.partial = true
+	} else if err != nil {
+		p.count(0, n)
 		// One report per failure streak, not one per batch: a backend
 		// that is down must not flood the error handler.
 		if !b.failing {
@@ -298,8 +309,8 @@ func (b *batcher) export() {
 		}
 		b.failing = true
 	} else {
-		b.failing = false
-		p.count(len(b.spans), 0)
+		b.failing, b.partial = false, false
+		p.count(n, 0)
 	}
 	b.reset()
 }

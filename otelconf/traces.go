@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/llmtrace/llmtrace/batch"
 	"github.com/llmtrace/llmtrace/internal/otlpwire"
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -94,7 +95,14 @@ type spanExporter struct {
 var _ sdktrace.SpanExporter = (*spanExporter)(nil)
 
 func (e *spanExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	if xe, _ := e.state.done(e.SpanExporter.ExportSpans(ctx, spans)); xe != nil {
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	if _, ok := batch.Rejected(err); ok {
+		// OTLP's partial success: the export succeeded; the processor
+		// counts the spans the backend rejected, and reports them.
+		e.state.done(nil)
+		return err
+	}
+	if xe, _ := e.state.done(err); xe != nil {
 		return xe
 	}
 	return nil
