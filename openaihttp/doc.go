@@ -182,7 +182,9 @@
 //     event, and a choice without its finish reason), a JSON object that
 //     never closed (a close-delimited body cut short): error,
 //     response_truncated. A stream whose every choice finished needs no
-//     [DONE]: servers that never send it (TGI before 2.2) end there.
+//     [DONE]: servers that never send it (TGI before 2.2) end there. A
+//     204 or 304 has no body (RFC 9110): it is whole at its header,
+//     stream or not.
 //   - Otherwise the finish reason read from the response, "stop" if none.
 //
 // # Incoming trace context

@@ -28,6 +28,7 @@ const (
 	modeSSE              // text/event-stream: each content event is a delivery
 	modeJSON             // a JSON body, its top-level fields scanned as it goes by
 	modeOpaque           // compressed, or not ours to read
+	modeEmpty            // 204, 304: no body (RFC 9110), whole at its header
 )
 
 // pendingDelivery is a content chunk not yet recorded: when it reached the
@@ -156,6 +157,9 @@ func (ex *exchange) header(code int, h http.Header, at time.Time) {
 	}
 	ex.status, ex.headerAt = code, at
 	ex.mode, ex.zbody.coding = modeOf(h, ex.ri.Stream)
+	if code == http.StatusNoContent || code == http.StatusNotModified {
+		ex.mode, ex.zbody.coding = modeEmpty, codingNone
+	}
 	if cl := h.Get("Content-Length"); cl == "" {
 		// A stream's: none (ParseInt would allocate its error).
 	} else if n, err := strconv.ParseInt(cl, 10, 64); err == nil && n >= 0 {
@@ -446,10 +450,14 @@ func (ex *exchange) delivered() bool { return ex.hasPromised && ex.bytesOut >= e
 
 // complete reports whether the client got the whole response before it
 // left: a stream's end ([DONE], a final Responses API event, or a finish
-// reason for every choice), or any byte of another response.
+// reason for every choice), its header for a response with no body, or
+// any byte of another response.
 func (ex *exchange) complete() bool {
-	if ex.mode == modeSSE {
+	switch ex.mode {
+	case modeSSE:
 		return ex.obs.sawDone || ex.obs.terminal || ex.obs.choices.all(ex.choicesAsked())
+	case modeEmpty:
+		return true
 	}
 	return ex.bytesOut > 0 // a write that began before the client left
 }
