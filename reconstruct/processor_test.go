@@ -68,9 +68,10 @@ func TestSpanProcessorExpandsEngineSpans(t *testing.T) {
 		}
 	}
 	// First span: 4 children; second: no queue or prefill key, so no run
-	// (nothing anchors a prefill or decode span) and no children.
-	if engine != 2 || passed != 1 || children != 4 {
-		t.Errorf("engine spans %d, children %d, others %d; want 2, 4, 1", engine, children, passed)
+	// (nothing anchors a prefill span), but its first token and end give
+	// its decode segment.
+	if engine != 2 || passed != 1 || children != 5 {
+		t.Errorf("engine spans %d, children %d, others %d; want 2, 5, 1", engine, children, passed)
 	}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {

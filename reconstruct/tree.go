@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmtrace/llmtrace/attributes"
 	"github.com/llmtrace/llmtrace/spans"
@@ -17,7 +18,9 @@ import (
 // (ARRIVED → InputDone, where visible), llm.queue (QUEUED → PREFILLING),
 // llm.prefill (PREFILLING → first token) and one llm.decode segment
 // (first token → last token, or FINISHED): preemptions are not visible in
-// a single span. Clamps Build makes are added to r.Clamped. A request with
+// a single span; the decode segment is there whenever the first token is,
+// even when the scheduling is not. Clamps Build makes are added to
+// r.Clamped. A request with
 // Engine.NoExpand gets the root alone.
 func (r *Request) Tree(dst *spans.Tree) {
 	tl := spans.Timeline{
@@ -38,6 +41,13 @@ func (r *Request) Tree(dst *spans.Tree) {
 	}
 	before := dst.Clamped
 	spans.Build(&tl, dst)
+	if tl.Runs == nil && !r.FirstToken.IsZero() && !tl.RootOnly {
+		// The first token shows but not the scheduling (SGLang without
+		// its dispatch stamp, TensorRT-LLM's unknown queue time): no run
+		// can start, yet the decode segment is known, and Stats derive
+		// its duration from the same instants.
+		decodeOnly(dst, tl.Start, tl.End, unixNs(r.FirstToken), tl.EngineEnd, max(r.OutputTokens, 0))
+	}
 	r.Clamped += dst.Clamped - before
 	for i := 1; i < len(dst.Spans); i++ {
 		sp := &dst.Spans[i]
@@ -58,6 +68,26 @@ func (r *Request) Tree(dst *spans.Tree) {
 		}
 		sp.Attrs = append(sp.Attrs, attributes.Reconstructed.Bool(true))
 	}
+}
+
+// decodeOnly appends the one decode segment [first, end] to dst, clamped
+// into the root [lo, hi] as spans.Build clamps its children.
+func decodeOnly(dst *spans.Tree, lo, hi, first, end int64, tokens int) {
+	s, e := min(max(first, lo), hi), min(max(end, lo), hi)
+	e = max(e, s)
+	if s != first || e != end {
+		dst.Clamped++
+	}
+	n := len(dst.Spans)
+	if n < cap(dst.Spans) {
+		dst.Spans = dst.Spans[:n+1]
+	} else {
+		dst.Spans = append(dst.Spans, spans.Span{})
+	}
+	sp := &dst.Spans[n]
+	*sp = spans.Span{Name: attributes.SpanDecode, Kind: trace.SpanKindInternal, Start: s, End: e,
+		Attrs:  append(sp.Attrs[:0], attributes.DecodeOutputTokens.Int(tokens), attributes.DecodeSegment.Int(0)),
+		Events: sp.Events[:0]}
 }
 
 func dropKey(kvs []attribute.KeyValue, k attribute.Key) []attribute.KeyValue {
