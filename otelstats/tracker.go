@@ -23,7 +23,12 @@ const numShards = 32
 // update for one is rejected as after_finished rather than held as unknown.
 const recentSize = 128
 
-type recentKey struct{ id, scope, model string }
+type recentKey struct {
+	id, scope, model string
+	// enDone: its engine reported FINISHED, after which the engine
+	// records nothing more for it (SPEC §1).
+	enDone bool
+}
 
 // heldUpdate is an update waiting for its request's ARRIVED, with when it
 // arrived (in now()'s terms), which its hold window counts from.
@@ -258,7 +263,8 @@ func (t *Tracker) record(u *Update, ns int64) error {
 	r, res := sh.lookup(u.RequestID, u.Scope, u.Model, side, u.Kind, ns)
 	switch res {
 	case lookupNone:
-		if sh.isRecent(u.RequestID, u.Scope, u.Model) && !sh.behindHeld(u.RequestID, side) {
+		if found, enDone := sh.recentState(u.RequestID, u.Scope, u.Model); found && !sh.behindHeld(u.RequestID, side) &&
+			!(enDone && startsEngine(side, u.Kind)) {
 			sh.mu.Unlock()
 			return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 		}
@@ -270,7 +276,7 @@ func (t *Tracker) record(u *Update, ns int64) error {
 		sh.mu.Unlock()
 		return t.rejected(reject(u, side, ReasonAfterFinished, "the request has finished"))
 	}
-	complete, ended, rerr := t.applyTo(r, u, side, ns, sh.behindHeld(u.RequestID, side))
+	complete, ended, rerr := t.applyTo(r, u, side, ns, sh.behindHeld(u.RequestID, side) || startsEngine(side, u.Kind))
 	if ended {
 		// Ended through its handle between lookup and lock.
 		sh.mu.Unlock()
@@ -329,6 +335,17 @@ func (sh *shard) behindHeld(id string, side Side) bool {
 	return false
 }
 
+// startsEngine reports whether an update of side and kind starts an
+// engine's life of a request (QUEUED, or an encoder run before it): for an
+// id whose engine has reported FINISHED, after which it records nothing
+// more for that request, it is a later request's with the id (the client
+// reused it), whose ARRIVED the frontend's stream, running behind the
+// engine's, has not brought yet (SPEC §1). It is held for that ARRIVED,
+// and the engine updates behind it with it (behindHeld).
+func startsEngine(side Side, k Kind) bool {
+	return side == SideEngine && (k == KindQueued || k == KindEncoding)
+}
+
 // errHold, from applyTo, says the update is to be held rather than applied
 // (behindHeld).
 var errHold = &RejectError{}
@@ -337,9 +354,9 @@ var errHold = &RejectError{}
 // ended (nothing applied); complete that u ended it, and the caller must
 // unlink and finalize it.
 //
-// With behind set (behindHeld), an engine update for a request whose engine
-// has reported FINISHED is for a later request with its id: applyTo
-// returns errHold and leaves r unchanged.
+// With behind set (behindHeld, startsEngine), an engine update for a
+// request whose engine has reported FINISHED is for a later request with
+// its id: applyTo returns errHold and leaves r unchanged.
 func (t *Tracker) applyTo(r *reqState, u *Update, side Side, ns int64, behind bool) (complete, ended bool, rerr *RejectError) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -753,18 +770,25 @@ func (sh *shard) unlink(r *reqState) {
 		}
 	}
 	r.next = nil
-	sh.recent[sh.rpos] = recentKey{r.id, r.scope, r.model}
+	// r is done: whoever ended it, this goroutine, took r.mu after the
+	// engine's last update.
+	sh.recent[sh.rpos] = recentKey{r.id, r.scope, r.model, r.en.last == KindFinished}
 	sh.rpos = (sh.rpos + 1) % recentSize
 }
 
-func (sh *shard) isRecent(id, scope, model string) bool {
+// recentState reports whether a recently finished request matches id,
+// scope and model, and whether the engine of every one that does reported
+// FINISHED. Called with sh.mu held.
+func (sh *shard) recentState(id, scope, model string) (found, enDone bool) {
+	enDone = true
 	for i := range sh.recent {
 		k := &sh.recent[i]
 		if k.id == id && (scope == "" || scope == k.scope) && (model == "" || model == k.model) {
-			return true
+			found = true
+			enDone = enDone && k.enDone
 		}
 	}
-	return false
+	return found, found && enDone
 }
 
 // oldest ends the in-flight request of the shard that arrived first and
