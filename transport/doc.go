@@ -220,7 +220,9 @@
 //	  0x4A traceparent          ARRIVED: the W3C trace context it came with
 //	  0x4B tracestate           with 0x4A
 //
-// Counts above 2^30 are rejected as absurd. Strings are cut, never
+// Counts above 2^30 are rejected as absurd (a Producer writes a negative
+// count, which the tracker would reject, as its 64-bit two's complement,
+// so that it is rejected too). Strings are cut, never
 // refused (the request_id excepted): at 1,024 bytes, stop sequences at 512
 // and nine of them, still longer than the tracker keeps, which cuts them
 // again at its own caps and counts the cut, or rejects a scope or

@@ -586,26 +586,36 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	} {
 		w.str(f.k, f.v)
 	}
+	// A count is written when the kind needs it or it is not 0: a
+	// negative one too, so that the reader rejects it as the tracker
+	// would (left out, it was read as absent and the update taken).
 	k := u.Kind
-	w.num("num_prompt_tokens", u.NumPromptTokens, k == otelstats.KindInputProcessed || u.NumPromptTokens > 0)
+	w.num("num_prompt_tokens", u.NumPromptTokens, k == otelstats.KindInputProcessed || u.NumPromptTokens != 0)
 	w.num("num_computed_tokens", u.NumComputedTokens, k == otelstats.KindPrefilling)
 	w.num("num_cached_tokens", u.NumCachedTokens, k == otelstats.KindPrefilling)
 	// A speculative step without a count is left without one: the
 	// reader's default is then the tracker's, accepted + 1; a written 1
 	// would be taken as given and rejected (accepted ≤ num_new_tokens).
-	w.num("num_new_tokens", max(u.NumNewTokens, 1), k == otelstats.KindDecoding && (u.NumNewTokens > 0 || u.NumDraftTokens == 0))
+	spec := u.NumDraftTokens != 0 || u.NumAcceptedTokens != 0
+	newTokens := u.NumNewTokens
+	if newTokens == 0 {
+		newTokens = 1
+	}
+	w.num("num_new_tokens", newTokens, k == otelstats.KindDecoding && (u.NumNewTokens != 0 || !spec))
 	w.num("num_new_tokens", u.NumNewTokens, k == otelstats.KindDetokenized)
-	w.num("num_output_tokens", u.NumOutputTokens, u.NumOutputTokens > 0)
-	w.num("num_remote_tokens", u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || u.NumRemoteTokens > 0)
-	w.num("kv_bytes", int(u.KVBytes), u.KVBytes > 0)
-	w.num("num_draft_tokens", u.NumDraftTokens, u.NumDraftTokens > 0)
-	w.num("num_accepted_tokens", u.NumAcceptedTokens, u.NumDraftTokens > 0)
-	w.num("num_items", u.NumItems, k == otelstats.KindEncoding || u.NumItems > 0)
-	w.num("num_encoder_tokens", u.NumEncoderTokens, u.NumEncoderTokens > 0)
+	w.num("num_output_tokens", u.NumOutputTokens, u.NumOutputTokens != 0)
+	w.num("num_remote_tokens", u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || u.NumRemoteTokens != 0)
+	w.num("kv_bytes", int(u.KVBytes), u.KVBytes != 0)
+	// Both or neither (SPEC §8): accepted tokens without a draft are
+	// written, for the tracker to reject (accepted ≤ draft).
+	w.num("num_draft_tokens", u.NumDraftTokens, spec)
+	w.num("num_accepted_tokens", u.NumAcceptedTokens, spec)
+	w.num("num_items", u.NumItems, k == otelstats.KindEncoding || u.NumItems != 0)
+	w.num("num_encoder_tokens", u.NumEncoderTokens, u.NumEncoderTokens != 0)
 	if u.EncoderCacheHit {
 		w = append(w, `,"encoder_cache_hit":true`...)
 	}
-	if u.Busy > 0 {
+	if u.Busy != 0 {
 		w = append(w, `,"busy_time_s":`...)
 		w = strconv.AppendFloat(w, u.Busy.Seconds(), 'g', -1, 64)
 	}
