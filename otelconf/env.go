@@ -488,6 +488,28 @@ func checkTemporality() {
 	}
 }
 
+// exemplarsOff reports whether OTEL_METRICS_EXEMPLAR_FILTER is always_off,
+// read as the SDK reads it (any case, spaces trimmed). The SDK's
+// instruments then record no exemplars, but the Aggregator attaches one
+// per bucket whatever the variable says, so Setup leaves it out, as for
+// delta temporality: the tracker's histograms go through the instruments,
+// which follow the filter.
+func exemplarsOff() bool {
+	return strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_METRICS_EXEMPLAR_FILTER")), "always_off")
+}
+
+// checkExemplarFilter reports a value of OTEL_METRICS_EXEMPLAR_FILTER the
+// SDK ignores without a word: the specification wants a warning for an
+// enum value not recognised.
+func checkExemplarFilter() {
+	const k = "OTEL_METRICS_EXEMPLAR_FILTER"
+	switch v := strings.TrimSpace(os.Getenv(k)); strings.ToLower(v) {
+	case "", "always_on", "always_off", "trace_based":
+	default:
+		otel.Handle(fmt.Errorf("otelconf: %s=%q: want always_on, always_off or trace_based; trace_based applies", k, v))
+	}
+}
+
 // exponentialHistograms reports whether the OTLP metric exporter is asked
 // for base2 exponential histograms. The Aggregator keeps explicit buckets,
 // so Setup then leaves it out and the tracker's histograms go through the

@@ -97,11 +97,12 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 	if p.propagator, err = propagators(); err != nil {
 		return nil, err
 	}
-	if p.Aggregator == nil && len(c.Readers) == 0 && !exponentialHistograms() && !deltaTemporality() {
+	if p.Aggregator == nil && len(c.Readers) == 0 && !exponentialHistograms() && !deltaTemporality() && !exemplarsOff() {
 		p.Aggregator = otelstats.NewAggregator()
 	}
 	var tsel, msel selection
 	if !p.disabled {
+		checkExemplarFilter()
 		if tsel, err = selectSignal("traces", c.TracesEndpoint); err != nil {
 			return nil, err
 		}
