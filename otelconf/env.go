@@ -186,7 +186,9 @@ func selectSignal(signal, override string) (selection, error) {
 	}
 	checkInsecure(s.suffix)
 	checkClientCert(s.suffix)
-	checkHeaders(s.suffix)
+	if err := checkHeaders(s.suffix, s.protocol); err != nil {
+		return s, err
+	}
 	s.timeout, s.timeoutSet = otlpTimeout(s.suffix)
 	s.gzip = otlpCompression(s.suffix)
 	if override != "" {
@@ -363,16 +365,24 @@ func checkClientCert(suffix string) {
 // log only "parse headers", without the variable, and the entry with it;
 // the warning names the entry by its place or key, never its value, which
 // is often a credential.
-func checkHeaders(suffix string) {
+//
+// An entry the exporters keep but cannot send fails the start instead
+// (a ConfigError, its value left out): every export would fail on it, and
+// every span be lost, with an error naming neither the variable nor the
+// cause. A value decoded to a control character (%0A) is no header value
+// over either protocol; over gRPC a key must be of [0-9a-z-_.] once lower
+// cased, and a value printable ASCII unless the key ends in -bin.
+func checkHeaders(suffix, protocol string) error {
 	k, v := signalEnv(suffix, "HEADERS")
 	if v == "" {
-		return
+		return nil
 	}
 	for i, entry := range strings.Split(v, ",") {
 		key, val, ok := strings.Cut(entry, "=")
 		key = strings.TrimSpace(key)
+		dec, err := url.PathUnescape(val)
 		var why string
-		switch _, err := url.PathUnescape(val); {
+		switch {
 		case !ok:
 			why = fmt.Sprintf("entry %d has no '='", i+1)
 		case !isToken(key):
@@ -380,10 +390,43 @@ func checkHeaders(suffix string) {
 		case err != nil:
 			why = fmt.Sprintf("%q: the value's percent encoding is broken", key)
 		default:
+			if reason := unsendableHeader(key, strings.TrimSpace(dec), protocol); reason != "" {
+				return &ConfigError{Name: k, Value: key + "=…", Reason: reason + ": every export would fail on it"}
+			}
 			continue
 		}
 		otel.Handle(fmt.Errorf("otelconf: %s: %s; that header is not sent", k, why))
 	}
+	return nil
+}
+
+// unsendableHeader says why the exporter of protocol cannot send the header
+// key: value (a token, and the value percent-decoded and trimmed, as the
+// exporters read them), or "" when it can: what net/http and grpc-go
+// refuse at each export.
+func unsendableHeader(key, value, protocol string) string {
+	if protocol == "grpc" {
+		for _, c := range strings.ToLower(key) {
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c == '-' || c == '_' || c == '.') {
+				return "a gRPC metadata key takes only 0-9, a-z, '-', '_' and '.'"
+			}
+		}
+		if strings.HasSuffix(strings.ToLower(key), "-bin") {
+			return "" // binary metadata: any bytes
+		}
+		for i := 0; i < len(value); i++ {
+			if value[i] < 0x20 || value[i] > 0x7e {
+				return "the value, percent-decoded, is not printable ASCII, as a gRPC metadata value must be (a key ending in -bin takes any bytes)"
+			}
+		}
+		return ""
+	}
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; c < 0x20 && c != '\t' || c == 0x7f {
+			return "the value, percent-decoded, holds a control character"
+		}
+	}
+	return ""
 }
 
 // isToken reports whether s is an HTTP token (RFC 9110), as the exporters
