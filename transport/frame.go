@@ -169,8 +169,9 @@ func AppendUpdate(dst []byte, u *otelstats.Update, s Stamp) []byte {
 	dst = append(dst, 0, 0, 0, 0, FrameUpdate, byte(u.Kind), flags)
 	dst = binary.AppendUvarint(dst, uint64(max(s.Ns, 0)))
 	dst = appendString(dst, u.RequestID)
-	// A count is written when the kind needs it or it is not 0. A
-	// negative one, which a uvarint cannot carry, is written as its two's
+	// A count is written when the kind needs it or it is positive, a
+	// negative one where the kind uses it (given, specCounts, as the update
+	// log does). A uvarint cannot carry it: it is written as its two's
 	// complement, past any limit, so that the collector rejects the update
 	// (absurd_count) as the tracker would have (negative_count); made 0 or
 	// left out, it was taken.
@@ -187,21 +188,20 @@ func AppendUpdate(dst []byte, u *otelstats.Update, s Stamp) []byte {
 		}
 	}
 	k := u.Kind
-	// Both or neither (SPEC §8): accepted tokens without a draft are
-	// written, for the tracker to reject (accepted ≤ draft).
-	spec := u.NumDraftTokens != 0 || u.NumAcceptedTokens != 0
-	num(fieldPromptTokens, u.NumPromptTokens, k == otelstats.KindInputProcessed || u.NumPromptTokens != 0)
-	num(fieldComputedTokens, u.NumComputedTokens, k == otelstats.KindPrefilling || u.NumComputedTokens != 0)
-	num(fieldCachedTokens, u.NumCachedTokens, k == otelstats.KindPrefilling || u.NumCachedTokens != 0)
-	num(fieldNewTokens, u.NumNewTokens, k == otelstats.KindDetokenized || u.NumNewTokens != 0)
-	num(fieldBusyNs, int(u.Busy), u.Busy != 0)
-	num(fieldOutputTokens, u.NumOutputTokens, u.NumOutputTokens != 0)
-	num(fieldRemoteTokens, u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || u.NumRemoteTokens != 0)
-	num(fieldKVBytes, int(u.KVBytes), u.KVBytes != 0)
+	fin := k == otelstats.KindFinished
+	spec := specCounts(u)
+	num(fieldPromptTokens, u.NumPromptTokens, k == otelstats.KindInputProcessed || given(u.NumPromptTokens, fin))
+	num(fieldComputedTokens, u.NumComputedTokens, k == otelstats.KindPrefilling || u.NumComputedTokens > 0)
+	num(fieldCachedTokens, u.NumCachedTokens, k == otelstats.KindPrefilling || u.NumCachedTokens > 0)
+	num(fieldNewTokens, u.NumNewTokens, k == otelstats.KindDetokenized || given(u.NumNewTokens, k == otelstats.KindDecoding))
+	num(fieldBusyNs, int(u.Busy), given(u.Busy, k == otelstats.KindDetokenized))
+	num(fieldOutputTokens, u.NumOutputTokens, given(u.NumOutputTokens, fin))
+	num(fieldRemoteTokens, u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || given(u.NumRemoteTokens, k == otelstats.KindRemoteKVWait))
+	num(fieldKVBytes, int(u.KVBytes), given(u.KVBytes, k == otelstats.KindRemoteKVReady))
 	num(fieldDraftTokens, u.NumDraftTokens, spec)
 	num(fieldAcceptedTokens, u.NumAcceptedTokens, spec)
-	num(fieldItems, u.NumItems, k == otelstats.KindEncoding || u.NumItems != 0)
-	num(fieldEncoderTokens, u.NumEncoderTokens, u.NumEncoderTokens != 0)
+	num(fieldItems, u.NumItems, k == otelstats.KindEncoding || u.NumItems > 0)
+	num(fieldEncoderTokens, u.NumEncoderTokens, given(u.NumEncoderTokens, k == otelstats.KindEncoding))
 	num(fieldEncoderCacheHit, 1, u.EncoderCacheHit)
 	str(fieldModel, u.Model)
 	str(fieldOperation, u.Operation)

@@ -120,6 +120,14 @@ func TestWireKeepsWhatTheTrackerRejects(t *testing.T) {
 			{Kind: otelstats.KindFinished, Time: at(26), FinishReason: "stop", NumOutputTokens: -1},
 			{Kind: otelstats.KindFinished, Time: at(26), FinishReason: "stop", NumPromptTokens: -1},
 		}, true},
+		{"stray counts", []otelstats.Update{
+			// Counts a kind does not use, which the tracker ignores:
+			// written, a negative one would be rejected by the reader.
+			{Kind: otelstats.KindRemoteKVWait, Time: at(3), KVSource: "p0", NumPromptTokens: -1, NumDraftTokens: -1, NumAcceptedTokens: 2, Busy: -1},
+			{Kind: otelstats.KindRemoteKVReady, Time: at(4), NumRemoteTokens: 5, NumOutputTokens: -1, NumItems: -1, NumEncoderTokens: -1},
+			{Kind: otelstats.KindPrefilling, Time: at(12), NumComputedTokens: 100, NumCachedTokens: 10, NumRemoteTokens: -1, KVBytes: -1},
+			{Kind: otelstats.KindDecoding, Time: at(20), NumPromptTokens: -1, Busy: -1},
+		}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -586,36 +586,37 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	} {
 		w.str(f.k, f.v)
 	}
-	// A count is written when the kind needs it or it is not 0: a
-	// negative one too, so that the reader rejects it as the tracker
-	// would (left out, it was read as absent and the update taken).
+	// A count is written when the kind needs it or it is positive; a
+	// negative one too where the kind uses it, so that the reader rejects
+	// it as the tracker would (left out, it was read as absent and the
+	// update taken). Elsewhere the tracker ignores it, and so must the
+	// reader.
 	k := u.Kind
-	w.num("num_prompt_tokens", u.NumPromptTokens, k == otelstats.KindInputProcessed || u.NumPromptTokens != 0)
+	fin, dec := k == otelstats.KindFinished, k == otelstats.KindDecoding
+	w.num("num_prompt_tokens", u.NumPromptTokens, k == otelstats.KindInputProcessed || given(u.NumPromptTokens, fin))
 	w.num("num_computed_tokens", u.NumComputedTokens, k == otelstats.KindPrefilling)
 	w.num("num_cached_tokens", u.NumCachedTokens, k == otelstats.KindPrefilling)
 	// A speculative step without a count is left without one: the
 	// reader's default is then the tracker's, accepted + 1; a written 1
 	// would be taken as given and rejected (accepted ≤ num_new_tokens).
-	spec := u.NumDraftTokens != 0 || u.NumAcceptedTokens != 0
+	spec := specCounts(u)
 	newTokens := u.NumNewTokens
 	if newTokens == 0 {
 		newTokens = 1
 	}
-	w.num("num_new_tokens", newTokens, k == otelstats.KindDecoding && (u.NumNewTokens != 0 || !spec))
+	w.num("num_new_tokens", newTokens, dec && (u.NumNewTokens != 0 || !spec))
 	w.num("num_new_tokens", u.NumNewTokens, k == otelstats.KindDetokenized)
-	w.num("num_output_tokens", u.NumOutputTokens, u.NumOutputTokens != 0)
-	w.num("num_remote_tokens", u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || u.NumRemoteTokens != 0)
-	w.num("kv_bytes", int(u.KVBytes), u.KVBytes != 0)
-	// Both or neither (SPEC §8): accepted tokens without a draft are
-	// written, for the tracker to reject (accepted ≤ draft).
+	w.num("num_output_tokens", u.NumOutputTokens, given(u.NumOutputTokens, fin))
+	w.num("num_remote_tokens", u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || given(u.NumRemoteTokens, k == otelstats.KindRemoteKVWait))
+	w.num("kv_bytes", int(u.KVBytes), given(u.KVBytes, k == otelstats.KindRemoteKVReady))
 	w.num("num_draft_tokens", u.NumDraftTokens, spec)
 	w.num("num_accepted_tokens", u.NumAcceptedTokens, spec)
-	w.num("num_items", u.NumItems, k == otelstats.KindEncoding || u.NumItems != 0)
-	w.num("num_encoder_tokens", u.NumEncoderTokens, u.NumEncoderTokens != 0)
+	w.num("num_items", u.NumItems, k == otelstats.KindEncoding || u.NumItems > 0)
+	w.num("num_encoder_tokens", u.NumEncoderTokens, given(u.NumEncoderTokens, k == otelstats.KindEncoding))
 	if u.EncoderCacheHit {
 		w = append(w, `,"encoder_cache_hit":true`...)
 	}
-	if u.Busy != 0 {
+	if given(u.Busy, k == otelstats.KindDetokenized) {
 		w = append(w, `,"busy_time_s":`...)
 		w = strconv.AppendFloat(w, u.Busy.Seconds(), 'g', -1, 64)
 	}
@@ -632,6 +633,23 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 		w = append(w, b...)
 	}
 	return append(w, '}', '\n')
+}
+
+// given reports whether a count v is written: when it is positive, or
+// negative where its kind uses it (used), for the tracker to reject.
+func given[N int | int64 | time.Duration](v N, used bool) bool { return v > 0 || v < 0 && used }
+
+// specCounts reports whether u's num_draft_tokens and num_accepted_tokens
+// are written, both or neither (SPEC §8): when either is not 0 on a
+// DECODING (accepted tokens without a draft too, for the tracker to
+// reject: accepted ≤ draft), or when neither is negative and one positive
+// on a kind that does not use them.
+func specCounts(u *otelstats.Update) bool {
+	d, a := u.NumDraftTokens, u.NumAcceptedTokens
+	if u.Kind == otelstats.KindDecoding {
+		return d != 0 || a != 0
+	}
+	return d >= 0 && a >= 0 && (d > 0 || a > 0)
 }
 
 // jsonWriter appends an update-log line's fields.
