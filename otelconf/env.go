@@ -1,6 +1,8 @@
 package otelconf
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"math"
 	"net"
@@ -197,7 +199,7 @@ func selectSignal(signal, override string) (selection, error) {
 		}
 		s.endpoint = s.override
 		s.plaintext = s.isPlaintext()
-		return s, nil
+		return s, checkTLSFiles(s)
 	}
 	if err := checkEndpoints(s.suffix, s.protocol); err != nil {
 		return s, err
@@ -216,7 +218,46 @@ func selectSignal(signal, override string) (selection, error) {
 		s.override = s.endpoint
 	}
 	s.plaintext = s.isPlaintext()
-	return s, nil
+	return s, checkTLSFiles(s)
+}
+
+// checkTLSFiles fails on a certificate variable, of those the signal's
+// exporter uses, whose file cannot be used: one that cannot be read, a CA
+// file without a PEM certificate, a client certificate and key that do not
+// load as a pair. The exporters only log such a file, at a verbosity
+// nobody sees, and go on without it: every export then fails at the TLS
+// handshake (the server's certificate "signed by unknown authority", or
+// the server asking for a client certificate), blamed on a variable that
+// is set. A plaintext connection uses no certificate, so its files are not
+// read (a cluster-wide CA variable may name a file this host lacks).
+func checkTLSFiles(s selection) error {
+	if s.plaintext {
+		return nil
+	}
+	if k, v := signalEnv(s.suffix, "CERTIFICATE"); v != "" {
+		b, err := os.ReadFile(v)
+		if err != nil {
+			return &ConfigError{Name: k, Value: v, Reason: "the CA certificate file cannot be read", Err: err}
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			return &ConfigError{Name: k, Value: v, Reason: "the file holds no PEM certificate"}
+		}
+	}
+	// As the exporters pick the pair: the signal's own when both of its
+	// variables are set, else the general one's (checkClientCert warns
+	// about a half-set pair).
+	for _, p := range []string{"OTEL_EXPORTER_OTLP_" + s.suffix + "_", "OTEL_EXPORTER_OTLP_"} {
+		cert, key := getenvTrim(p+"CLIENT_CERTIFICATE"), getenvTrim(p+"CLIENT_KEY")
+		if cert == "" || key == "" {
+			continue
+		}
+		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+			return &ConfigError{Name: p + "CLIENT_CERTIFICATE", Value: cert,
+				Reason: "with " + p + "CLIENT_KEY, not a client certificate and key", Err: err}
+		}
+		break
+	}
+	return nil
 }
 
 // exactExporterName fails on an exporter name autoexport would not find
