@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -90,6 +94,7 @@ func Setup(ctx context.Context, c Config) (*Providers, error) {
 	if err != nil {
 		return nil, err
 	}
+	res = validResource(res)
 	p := &Providers{resource: res, Aggregator: c.Aggregator, disabled: sdkDisabled()}
 	if p.tracker, err = trackerOptions(p.disabled); err != nil {
 		return nil, err
@@ -200,4 +205,48 @@ func (p *Providers) Status() Status {
 		s.Traces.Produced, s.Traces.Exported, s.Traces.Dropped = p.Batch.Counts()
 	}
 	return s
+}
+
+// validResource is res with every string made valid UTF-8, U+FFFD in place
+// of each run of invalid bytes, as internal/otlpwire writes span strings.
+// OTEL_RESOURCE_ATTRIBUTES is percent-decoded (k=%FF is the byte 0xFF) and
+// OTEL_SERVICE_NAME is taken as it comes, yet protobuf strings are UTF-8:
+// kept as they were, they failed every metric export (and every span
+// export through the SDK's exporter) for the life of the process. The
+// repair is reported, naming the keys.
+func validResource(res *resource.Resource) *resource.Resource {
+	attrs := res.Attributes()
+	var bad []string
+	for i, kv := range attrs {
+		k, v := string(kv.Key), kv.Value
+		switch v.Type() {
+		case attribute.STRING:
+			if s := v.AsString(); !utf8.ValidString(s) {
+				v = attribute.StringValue(strings.ToValidUTF8(s, "\uFFFD"))
+			}
+		case attribute.STRINGSLICE:
+			ss := v.AsStringSlice()
+			fixed := false
+			for j, s := range ss {
+				if !utf8.ValidString(s) {
+					ss[j], fixed = strings.ToValidUTF8(s, "\uFFFD"), true
+				}
+			}
+			if fixed {
+				v = attribute.StringSliceValue(ss)
+			}
+		}
+		if !utf8.ValidString(k) {
+			k = strings.ToValidUTF8(k, "\uFFFD")
+		}
+		if k != string(kv.Key) || v != kv.Value {
+			attrs[i] = attribute.KeyValue{Key: attribute.Key(k), Value: v}
+			bad = append(bad, strconv.Quote(k))
+		}
+	}
+	if len(bad) == 0 {
+		return res
+	}
+	otel.Handle(fmt.Errorf("otelconf: resource attributes %s (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME) are not valid UTF-8, which OTLP requires; invalid bytes are written as U+FFFD", strings.Join(bad, ", ")))
+	return resource.NewWithAttributes(res.SchemaURL(), attrs...)
 }
