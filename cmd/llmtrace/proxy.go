@@ -161,6 +161,11 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer, read
 	if code, ok := parseFlags(fs, args, 2); !ok {
 		return code
 	}
+	if fs.NArg() > 0 {
+		// `proxy http://127.0.0.1:8000`, or `-models a, b`: ignored, the
+		// proxy would run with something else than the user meant.
+		return usageError(fs, "unexpected argument %q (the upstream goes after -upstream; -models takes one comma-separated list)", fs.Arg(0))
+	}
 	c, err := config()
 	if err != nil {
 		return usageError(fs, "%v", err)

@@ -118,9 +118,16 @@ func TestProxyUsage(t *testing.T) {
 		{[]string{"-upstream", "http://x", "-models-wait", "-1s"}, "must be ≥ 0"},
 		{[]string{"-upstream", "http://x", "-read-timeout", "-1s"}, "must be ≥ 0"},
 		{[]string{"-upstream", "http://x", "-max-conns", "-1"}, "must be ≥ 0"},
+		// A positional argument is a mistake the proxy must not run with:
+		// the upstream given bare, a list split by a space.
+		{[]string{"-listen", "127.0.0.1:0", "http://127.0.0.1:8000"}, `unexpected argument "http://127.0.0.1:8000"`},
+		{[]string{"-listen", "127.0.0.1:0", "-upstream", "http://x", "-models", "a,", "b"}, `unexpected argument "b"`},
 	} {
 		var stderr bytes.Buffer
-		if code := runProxy(context.Background(), c.args, io.Discard, &stderr, nil); code != 2 || !strings.Contains(stderr.String(), c.says) {
+		// Ended already: a proxy that wrongly starts serving exits at once.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if code := runProxy(ctx, c.args, io.Discard, &stderr, nil); code != 2 || !strings.Contains(stderr.String(), c.says) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), c.says)
 		}
 	}

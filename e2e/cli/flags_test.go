@@ -273,6 +273,10 @@ var cases = map[string][]flagCase{
 	"proxy": {
 		{name: "-h", args: []string{"-h"}, exit: 0, stderr: []string{"usage: llmtrace proxy"}},
 		{name: "no -upstream", exit: 2},
+		// The upstream given bare, or a -models list split by a space: the
+		// proxy ran, ignoring it.
+		{name: "unexpected argument", args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-models", "toy,", "other"}, exit: 2,
+			stderr: []string{`unexpected argument "other"`, "llmtrace proxy -h"}},
 		{
 			name: "OTEL_TRACES_SAMPLER the Go SDK lacks", args: []string{"-upstream", "{upstream}", "-listen", "{addr}", "-models", "toy"},
 			env: []string{"OTEL_TRACES_SAMPLER=jaeger_remote"}, exit: 2, stderr: []string{`OTEL_TRACES_SAMPLER="jaeger_remote"`},
