@@ -267,6 +267,13 @@ func (r *proxyRun) build(ctx context.Context, stdout io.Writer) (err error) {
 			_ = r.prov.Shutdown(context.Background())
 		}
 	}()
+	// The outputs open before the upstream is asked for its models (up to
+	// -models-wait): a file that cannot be created fails the start at once.
+	if c.statsOut != "" {
+		if r.sink, err = openStatsSink(c.statsOut, stdout, true); err != nil {
+			return fmt.Errorf("-stats-out: %w", err)
+		}
+	}
 	transport := openaihttp.NewTransport(c.transport)
 	opts := append(r.prov.TrackerOptions(), otelstats.WithTrustParentSampling(c.trust), otelstats.WithAutoSweep(time.Second))
 	if models := proxyModels(ctx, c, transport, r.logger); len(models) > 0 {
@@ -275,10 +282,7 @@ func (r *proxyRun) build(ctx context.Context, stdout io.Writer) (err error) {
 	if c.statsLog > 0 {
 		opts = append(opts, otelstats.WithStatsLog(r.logger, c.statsLog))
 	}
-	if c.statsOut != "" {
-		if r.sink, err = openStatsSink(c.statsOut, stdout, true); err != nil {
-			return fmt.Errorf("-stats-out: %w", err)
-		}
+	if r.sink != nil {
 		opts = append(opts, otelstats.WithOnFinish(r.sink.write))
 	}
 	if r.tracker, err = otelstats.NewTracker(opts...); err != nil {

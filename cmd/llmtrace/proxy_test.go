@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -271,6 +272,28 @@ func TestProxyStartErrors(t *testing.T) {
 		if code := runProxy(context.Background(), args, io.Discard, &stderr, func(string) { t.Errorf("%v: serving", c.args) }); code != 1 || !strings.Contains(stderr.String(), c.says) {
 			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", c.args, code, stderr.String(), c.says)
 		}
+	}
+}
+
+// TestProxyOutputFailsBeforeModels: a -stats-out that cannot be created
+// fails the start before the upstream is asked for its models, which
+// -models-wait lets take 10 s (an engine still loading): the error came
+// only after that wait, and after asking the upstream.
+func TestProxyOutputFailsBeforeModels(t *testing.T) {
+	var asked atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		http.Error(w, "loading", http.StatusServiceUnavailable)
+	}))
+	defer up.Close()
+	var stderr bytes.Buffer
+	args := []string{"-listen", "127.0.0.1:0", "-upstream", up.URL, "-stats-log", "0", "-stats-out", "/nonexistent/s.jsonl"}
+	code := runProxy(context.Background(), args, io.Discard, &stderr, func(string) { t.Error("serving") })
+	if code != 1 || !strings.Contains(stderr.String(), "-stats-out: open /nonexistent/s.jsonl") {
+		t.Errorf("exit %d, stderr %q; want 1 and -stats-out named", code, stderr.String())
+	}
+	if n := asked.Load(); n > 0 || strings.Contains(stderr.String(), "no model list") {
+		t.Errorf("the upstream was asked %d times for its models before the output failed:\n%s", n, stderr.String())
 	}
 }
 
