@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/llmtrace/llmtrace/internal/loadgen"
@@ -31,7 +32,8 @@ func load(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wri
 	if !ok {
 		return code
 	}
-	o.Stdout, o.Stderr = stdout, stderr
+	out := &stickyWriter{w: stdout}
+	o.Stdout, o.Stderr = out, stderr
 	err := loadgen.Measure(ctx, o)
 	var bad *otelconf.ConfigError
 	switch {
@@ -41,8 +43,35 @@ func load(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Wri
 	case err != nil:
 		fmt.Fprintf(stderr, "llmtrace load: %v\n", err)
 		return 1
+	case out.err != nil:
+		// `load … | head -1`: the lines are the measurement; losing them
+		// is a failure to say, as replay says it, not a silent success.
+		fmt.Fprintf(stderr, "llmtrace load: stdout: %v (%d result line(s) lost)\n", out.err, out.lost)
+		return 1
 	}
 	return 0
+}
+
+// stickyWriter keeps the first write error and counts the writes lost
+// from it on (a reader gone away), for load to report at its end.
+type stickyWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	err  error
+	lost int
+}
+
+func (s *stickyWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		var n int
+		if n, s.err = s.w.Write(p); s.err == nil {
+			return n, nil
+		}
+	}
+	s.lost++
+	return 0, s.err
 }
 
 // loadFlags parses and checks load's flags. When ok is false the command

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -233,4 +234,32 @@ func startSilent(t *testing.T) net.Listener {
 	}()
 	t.Cleanup(func() { ln.Close(); <-done })
 	return ln
+}
+
+// failingWriter fails every write, as a stdout whose reader went away.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) {
+	return 0, errors.New("write /dev/stdout: broken pipe")
+}
+
+// TestLoadStdoutLost: `llmtrace load … | head -1` loses the result lines
+// after the first. The run still ends with its flush and export status,
+// but the loss is reported and the status says the results were not
+// written, as replay's does; load exited 0 and said nothing.
+func TestLoadStdoutLost(t *testing.T) {
+	clearOTLPEnv(t)
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	srv, _ := otlpHTTPReceiver(t, http.StatusOK)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	var stderr bytes.Buffer
+	args := []string{"-rate", "200", "-duration", "100ms", "-progress", "0", "-in-flight", "8"}
+	code := load(context.Background(), args, nil, failingWriter{}, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "broken pipe") || !strings.Contains(stderr.String(), "2 result line(s) lost") {
+		t.Errorf("exit %d, stderr:\n%s\nwant 1 and the 2 lost lines (the level's and the total) reported", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "spans exported") {
+		t.Errorf("the export status is missing:\n%s", stderr.String())
+	}
 }
