@@ -32,7 +32,8 @@ const (
 	// CauseTLSMismatch: TLS on one side only (an https:// endpoint
 	// against a plaintext server, or the reverse).
 	CauseTLSMismatch
-	// CauseCertificate: the server's certificate was not accepted.
+	// CauseCertificate: the server's certificate was not accepted, or
+	// the server did not accept ours (mTLS).
 	CauseCertificate
 	// CauseAuth: the backend refused the credentials.
 	CauseAuth
@@ -128,6 +129,9 @@ func (e *ExportError) Hint() string {
 	case CauseTLSMismatch:
 		return "TLS on one side only: use an http:// endpoint for a plaintext receiver, https:// for a TLS one"
 	case CauseCertificate:
+		if e.Err != nil && strings.Contains(e.Err.Error(), "remote error: tls:") {
+			return "the server did not accept our TLS client certificate, or wants one (OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY name it)"
+		}
 		return "the server's TLS certificate was not accepted (OTEL_EXPORTER_OTLP_CERTIFICATE names the CA to trust)"
 	case CauseAuth:
 		return "the backend refused the credentials (OTEL_EXPORTER_OTLP_HEADERS)"
@@ -179,7 +183,12 @@ func classify(err error) Cause {
 		return CauseNotHTTP
 	case has("first record does not look like a TLS handshake", "server gave HTTP response to HTTPS client"):
 		return CauseTLSMismatch
-	case has("x509:", "certificate signed by unknown authority"):
+	// The server refusing our certificate, or asking for one (mTLS):
+	// the alerts crypto/tls reports as "remote error".
+	case has("x509:", "certificate signed by unknown authority", "remote error: tls: certificate required",
+		"remote error: tls: bad certificate", "remote error: tls: unknown certificate authority",
+		"remote error: tls: expired certificate", "remote error: tls: unsupported certificate",
+		"remote error: tls: revoked certificate", "remote error: tls: access denied"):
 		return CauseCertificate
 	case has("connection refused", "no such host", "no route to host", "network is unreachable"):
 		return CauseUnreachable

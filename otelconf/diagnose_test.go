@@ -33,6 +33,13 @@ func TestClassify(t *testing.T) {
 		{errors.New(`traces export: Post "https://127.0.0.1:24317/v1/traces": tls: first record does not look like a TLS handshake`), CauseTLSMismatch},
 		{errors.New(`Post "https://h/v1/traces": http: server gave HTTP response to HTTPS client`), CauseTLSMismatch},
 		{errors.New(`x509: certificate signed by unknown authority`), CauseCertificate},
+		// An mTLS server the exporters sent no client certificate, as
+		// printed over gRPC and OTLP/HTTP (TestTLSFiles's receiver, TLS
+		// 1.3; a write before the alert is read can see a broken pipe
+		// instead), and one whose CA the server does not trust.
+		{errors.New(`traces export: exporter export timeout: rpc error: code = Unavailable desc = connection error: desc = "error reading server preface: remote error: tls: certificate required"`), CauseCertificate},
+		{errors.New(`traces export: Post "https://127.0.0.1:37491/v1/traces": remote error: tls: certificate required`), CauseCertificate},
+		{errors.New(`Post "https://h/v1/traces": remote error: tls: unknown certificate authority`), CauseCertificate},
 		{fmt.Errorf("export: %w", status.Error(codes.Unauthenticated, "no token")), CauseAuth},
 		{errors.New(`failed to send to http://h/v1/traces: 401 Unauthorized`), CauseAuth},
 		{errors.New(`rpc error: code = ResourceExhausted desc = grpc: received message larger than max (5242880 vs. 4194304)`), CauseTooLarge},
@@ -110,4 +117,19 @@ func FuzzOverrideURL(f *testing.F) {
 			t.Fatalf("%q -> %q", ep, u)
 		}
 	})
+}
+
+// TestCertificateHint: a certificate failure the server reported (mTLS:
+// our client certificate missing or refused) names the client certificate
+// variables; one of the server's certificate names the CA variable.
+func TestCertificateHint(t *testing.T) {
+	for _, tc := range []struct{ err, want string }{
+		{`Post "https://h/v1/traces": remote error: tls: certificate required`, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"},
+		{`x509: certificate signed by unknown authority`, "OTEL_EXPORTER_OTLP_CERTIFICATE names the CA"},
+	} {
+		xe := &ExportError{Signal: "traces", Target: "h", Cause: classify(errors.New(tc.err)), Err: errors.New(tc.err)}
+		if xe.Cause != CauseCertificate || !strings.Contains(xe.Hint(), tc.want) {
+			t.Errorf("%q: cause %v, hint %q; want %q", tc.err, xe.Cause, xe.Hint(), tc.want)
+		}
+	}
 }
