@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/llmtrace/llmtrace/otelstats"
 )
@@ -105,7 +107,7 @@ func (c *Collector) WriteTable(w io.Writer) {
 	row("e2e", c.E2E)
 	reasons := make([]string, 0, len(c.Reasons))
 	for r, n := range c.Reasons {
-		reasons = append(reasons, fmt.Sprintf("%s=%d", r, n))
+		reasons = append(reasons, fmt.Sprintf("%s=%d", printable(r), n))
 	}
 	sort.Strings(reasons)
 	fmt.Fprintf(w, "requests: %d (%s)\n", c.Requests, strings.Join(reasons, ", "))
@@ -118,6 +120,19 @@ func (c *Collector) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "throughput: %.1f req/s, %.0f prompt tok/s, %.0f output tok/s over %.1fs\n",
 			float64(c.Requests)/span, float64(c.PromptTokens)/span, float64(c.OutputTokens)/span, span)
 	}
+}
+
+// printable is s as it is when every rune of it prints, else quoted with
+// Go's escapes: a finish reason comes from the log or a producer, and one
+// holding ESC or BEL would drive the operator's terminal (set its title,
+// hide lines) when the table is printed.
+func printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 func ms(s float64) string {

@@ -61,3 +61,25 @@ func TestTable(t *testing.T) {
 		}
 	}
 }
+
+// TestTableEscapesControls: a finish reason is the producer's text; one
+// holding terminal escapes (ESC, BEL, a newline) is printed escaped, so a
+// hostile log cannot drive the terminal replay's table is printed on, nor
+// add lines to it.
+func TestTableEscapesControls(t *testing.T) {
+	var c Collector
+	for _, r := range []string{"stop", "st\x1b]0;owned\aop", "a\nrequests: 99 (fake=1)", "länge"} {
+		c.Add(&otelstats.RequestStats{FinishReason: r})
+	}
+	var b bytes.Buffer
+	c.WriteTable(&b)
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\a") || strings.Contains(out, "\nrequests: 99") {
+		t.Errorf("a control character reached the table:\n%q", out)
+	}
+	for _, want := range []string{`"st\x1b]0;owned\aop"=1`, `"a\nrequests: 99 (fake=1)"=1`, "länge=1", "stop=1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s in\n%s", want, out)
+		}
+	}
+}
