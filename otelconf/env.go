@@ -307,6 +307,10 @@ func checkEndpoints(suffix, protocol string) error {
 	if protocol != "grpc" && ((u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 		return &ConfigError{Name: k, Value: v, Reason: "OTLP/HTTP takes an http or https URL: " + want}
 	}
+	if protocol != "grpc" && (u.RawQuery != "" || u.Fragment != "") {
+		// Not shown: a query often carries a credential.
+		otel.Handle(fmt.Errorf("otelconf: %s: the URL's query or fragment is not sent (the Go OTLP exporters send to its host and path only); a token goes in OTEL_EXPORTER_OTLP_HEADERS", k))
+	}
 	return nil
 }
 
@@ -507,7 +511,13 @@ func otlpCompression(suffix string) (gzip bool) {
 // themselves).
 func otlpEndpoint(suffix, protocol, signal string) string {
 	if v := getenvTrim("OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT"); v != "" {
-		return v // used as is, path included, by both exporters
+		// Used as is, path included, by both exporters; but for its
+		// query and fragment, which they do not send (checkEndpoints).
+		if u, err := url.Parse(v); err == nil && (u.Scheme == "http" || u.Scheme == "https") && (u.RawQuery != "" || u.Fragment != "") {
+			u.RawQuery, u.Fragment, u.ForceQuery = "", "", false
+			return u.String()
+		}
+		return v
 	}
 	v := getenvTrim("OTEL_EXPORTER_OTLP_ENDPOINT")
 	switch {
