@@ -205,6 +205,14 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 		}
 		sc.Listen = append(sc.Listen, a)
 	}
+	if sc.HTTPAddr != "" {
+		// As -listen tcp:'s: a port out of range, or none, is the user's
+		// mistake to name, not a failure to listen (nor, for "bogus", an
+		// address "not on loopback").
+		if _, err := transport.ParseAddr("tcp:" + sc.HTTPAddr); err != nil {
+			return bad("-http %q: want HOST:PORT (%v)", sc.HTTPAddr, errors.Unwrap(err))
+		}
+	}
 	cc.MaxBody = int64(maxBody)
 	if cfg.maxInFlight == 0 {
 		cfg.maxInFlight = max(int(int64(budget)/bytesPerInFlight), 1)

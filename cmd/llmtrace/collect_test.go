@@ -180,6 +180,15 @@ func TestCollectUsage(t *testing.T) {
 	if code := collect(context.Background(), []string{"-listen", "tcp:[::1]:99999"}, nil, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), "invalid port") {
 		t.Errorf("port 99999: exit %d: %s", code, stderr.String())
 	}
+	// -http's likewise: it said "listen tcp: … invalid port", exit 1, and
+	// for an address without a port that it was not on loopback.
+	for _, c := range [][2]string{{"127.0.0.1:99999", "invalid port"}, {"bogus", "missing port"}, {"localhost", "missing port"}} {
+		stderr.Reset()
+		if code := collect(context.Background(), []string{"-http", c[0]}, nil, &bytes.Buffer{}, &stderr); code != 2 ||
+			!strings.Contains(stderr.String(), c[1]) || strings.Contains(stderr.String(), "loopback") {
+			t.Errorf("-http %s: exit %d: %s", c[0], code, stderr.String())
+		}
+	}
 	// An address of no known form says so, without a "(<nil>)" cause.
 	for _, addr := range []string{"bogus", "udp:1.2.3.4:5", "unix:"} {
 		stderr.Reset()

@@ -161,6 +161,7 @@ var cases = map[string][]flagCase{
 		{name: "-max-clock-ahead 0", args: []string{"-listen", "-", "-max-clock-ahead", "0s"}, exit: 2, stderr: []string{"-max-clock-ahead must be positive"}},
 		{name: "missing -token-file", args: []string{"-listen", "-", "-token-file", "{tmp}/none"}, exit: 1, stderr: []string{"-token-file", "no such file"}},
 		{name: "-http not loopback", args: []string{"-http", ":0"}, exit: 1, stderr: []string{"not a loopback address", "-allow-remote"}},
+		{name: "-http without a port", args: []string{"-http", "localhost"}, exit: 2, stderr: []string{`-http "localhost": want HOST:PORT`, "missing port"}},
 		{name: "-listen tcp not loopback", args: []string{"-listen", "tcp:0.0.0.0:0"}, exit: 1, stderr: []string{"not a loopback address"}},
 		{
 			name:  "stdin, every tracker flag",
