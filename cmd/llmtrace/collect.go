@@ -327,7 +327,7 @@ func (r *collectRun) setup(ctx context.Context, cfg *collectConfig, stdout io.Wr
 	oc := otelconf.Config{ServiceName: "llmtrace-collect", Prometheus: cfg.prometheus}
 	var err error
 	if r.spanDump, err = spansOut(cfg.spansOut, stdout); err != nil {
-		return err
+		return fmt.Errorf("-spans-out: %w", err)
 	}
 	if r.spanDump != nil {
 		oc.SpanProcessors = []sdktrace.SpanProcessor{r.spanDump}
@@ -337,7 +337,7 @@ func (r *collectRun) setup(ctx context.Context, cfg *collectConfig, stdout io.Wr
 	}
 	if cfg.statsOut != "" {
 		if r.sink, err = openStatsSink(cfg.statsOut, stdout, false); err != nil {
-			return err
+			return fmt.Errorf("-stats-out: %w", err)
 		}
 	}
 	opts := append(r.prov.TrackerOptions(),

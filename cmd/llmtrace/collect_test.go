@@ -189,6 +189,15 @@ func TestCollectUsage(t *testing.T) {
 			t.Errorf("-http %s: exit %d: %s", c[0], code, stderr.String())
 		}
 	}
+	// An output that cannot be created is named by its flag, as the
+	// proxy names it: "open /nonexistent/s.jsonl" said neither which.
+	for _, flag := range []string{"-stats-out", "-spans-out"} {
+		stderr.Reset()
+		if code := collect(context.Background(), []string{"-listen", "-", flag, "/nonexistent/s.jsonl"}, strings.NewReader(""), &bytes.Buffer{}, &stderr); code != 1 ||
+			!strings.Contains(stderr.String(), flag+": open /nonexistent/s.jsonl") {
+			t.Errorf("%s: exit %d: %s", flag, code, stderr.String())
+		}
+	}
 	// An address of no known form says so, without a "(<nil>)" cause.
 	for _, addr := range []string{"bogus", "udp:1.2.3.4:5", "unix:"} {
 		stderr.Reset()
