@@ -307,11 +307,24 @@ func checkEndpoints(suffix, protocol string) error {
 	if protocol != "grpc" && ((u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 		return &ConfigError{Name: k, Value: v, Reason: "OTLP/HTTP takes an http or https URL: " + want}
 	}
-	if protocol != "grpc" && (u.RawQuery != "" || u.Fragment != "") {
-		// Not shown: a query often carries a credential.
-		otel.Handle(fmt.Errorf("otelconf: %s: the URL's query or fragment is not sent (the Go OTLP exporters send to its host and path only); a token goes in OTEL_EXPORTER_OTLP_HEADERS", k))
+	if sentURL(u) != u {
+		// Not shown: these often carry a credential.
+		otel.Handle(fmt.Errorf("otelconf: %s: the URL's user info, query or fragment is not sent (the Go OTLP exporters send to its host and path only); a credential goes in OTEL_EXPORTER_OTLP_HEADERS", k))
 	}
 	return nil
+}
+
+// sentURL is u without what the OTLP exporters do not send, when it is an
+// http(s) URL that has any of it: its user info, query and fragment. Such
+// parts often carry a credential, which status lines and export errors
+// would otherwise show. u itself when there is nothing to remove.
+func sentURL(u *url.URL) *url.URL {
+	if u.Scheme != "http" && u.Scheme != "https" || u.User == nil && u.RawQuery == "" && u.Fragment == "" && !u.ForceQuery {
+		return u
+	}
+	c := *u
+	c.User, c.RawQuery, c.ForceQuery, c.Fragment, c.RawFragment = nil, "", false, "", ""
+	return &c
 }
 
 // getenvTrim is the variable without surrounding spaces, as the OTLP
@@ -510,27 +523,29 @@ func otlpCompression(suffix string) (gzip bool) {
 // exporters do, for messages only (the exporters read the variables
 // themselves).
 func otlpEndpoint(suffix, protocol, signal string) string {
+	// Each URL without what the exporters do not send (sentURL).
 	if v := getenvTrim("OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT"); v != "" {
-		// Used as is, path included, by both exporters; but for its
-		// query and fragment, which they do not send (checkEndpoints).
-		if u, err := url.Parse(v); err == nil && (u.Scheme == "http" || u.Scheme == "https") && (u.RawQuery != "" || u.Fragment != "") {
-			u.RawQuery, u.Fragment, u.ForceQuery = "", "", false
-			return u.String()
+		if u, err := url.Parse(v); err == nil && sentURL(u) != u {
+			return sentURL(u).String()
 		}
-		return v
+		return v // used as is, path included, by both exporters
 	}
 	v := getenvTrim("OTEL_EXPORTER_OTLP_ENDPOINT")
 	switch {
 	case v == "":
 		return specDefaultEndpoint(protocol, signal)
 	case protocol == "grpc":
+		if u, err := url.Parse(v); err == nil && sentURL(u) != u {
+			return sentURL(u).String()
+		}
 		return v
 	}
 	// As the HTTP exporters build it: the signal's path joined to the
 	// base URL's.
 	if u, err := url.Parse(v); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		u = sentURL(u)
 		u.Path = path.Join(u.Path, "/v1/"+signal)
-		u.RawPath, u.RawQuery, u.Fragment = "", "", ""
+		u.RawPath = ""
 		return u.String()
 	}
 	return strings.TrimSuffix(v, "/") + "/v1/" + signal
