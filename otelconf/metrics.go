@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/llmtrace/llmtrace/batch"
 	"github.com/llmtrace/llmtrace/otelstats"
 )
 
@@ -154,6 +155,15 @@ func (e *metricExporter) Export(ctx context.Context, rm *metricdata.ResourceMetr
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		// The periodic reader cancelled its own export (Shutdown does,
 		// then exports once more): not the backend's failure.
+		return nil
+	}
+	if _, ok := batch.Rejected(err); ok {
+		// OTLP's partial success: the backend took the export, rejecting
+		// some points or only warning; not a failure, and reported once
+		// per run of such answers.
+		if e.state.partial() {
+			otel.Handle(fmt.Errorf("otelconf: metrics export to %s: %w", e.state.sel.target(), err))
+		}
 		return nil
 	}
 	if xe, first := e.state.done(err); first {

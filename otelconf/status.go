@@ -106,6 +106,7 @@ type exportState struct {
 	mu                sync.Mutex
 	exports, failures int64
 	failing           bool
+	partialRun        bool // the latest exports were OTLP partial successes
 	last              error
 }
 
@@ -120,13 +121,26 @@ func (s *exportState) done(err error) (xe *ExportError, first bool) {
 	defer s.mu.Unlock()
 	s.exports++
 	if err == nil {
-		s.failing, s.last = false, nil
+		s.failing, s.partialRun, s.last = false, false, nil
 		return nil, false
 	}
 	s.failures++
 	first = !s.failing
 	s.failing, s.last = true, xe
 	return xe, first
+}
+
+// partial records an export answered with OTLP's partial success: a
+// success, whose rejections or warning are reported when first reports
+// that it starts a run of such answers.
+func (s *exportState) partial() (first bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.exports++
+	s.failing, s.last = false, nil
+	first = !s.partialRun
+	s.partialRun = true
+	return first
 }
 
 func (s *exportState) status() SignalStatus {
