@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,10 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 			return nil, fmt.Errorf("-upstream %q: %v", *upstream, err)
 		case up.Scheme != "http" && up.Scheme != "https" || up.Host == "":
 			return nil, fmt.Errorf("-upstream %q: want http://host:port or https://host:port, with an optional base path", *upstream)
+		case !validPort(up.Port()):
+			// url.Parse takes any digits: every request would fail at
+			// its dial instead.
+			return nil, fmt.Errorf("-upstream %q: port %s is out of range (1-65535)", *upstream, up.Port())
 		case c.maxHeaderBytes <= 0 || c.bodyBudget <= 0 || c.eventLimit <= 0:
 			return nil, errors.New("-max-header-bytes, -body-budget and -event-limit must be positive")
 		case !(c.stall.Factor > 0) || math.IsInf(c.stall.Factor, 1): // NaN fails > too
@@ -152,6 +157,16 @@ func proxyFlags(stderr io.Writer) (*flag.FlagSet, func() (*proxyConfig, error)) 
 		}
 		return c, nil
 	}
+}
+
+// validPort reports whether a URL's port, empty for the scheme's own, can
+// be dialled.
+func validPort(p string) bool {
+	if p == "" {
+		return true
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 // runProxy serves until ctx ends. ready, when set, gets the address it

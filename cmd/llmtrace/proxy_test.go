@@ -109,6 +109,10 @@ func TestProxyUsage(t *testing.T) {
 		// Values the library would replace with its defaults, or read
 		// as something else than the user meant, are refused.
 		{[]string{"-upstream", "127.0.0.1:8000"}, "want http://host:port"},
+		// url.Parse takes any digits for a port: the proxy served, every
+		// request failing at its dial.
+		{[]string{"-listen", "127.0.0.1:0", "-models", "m", "-upstream", "http://127.0.0.1:99999"}, "port 99999 is out of range"},
+		{[]string{"-listen", "127.0.0.1:0", "-models", "m", "-upstream", "http://127.0.0.1:0/v1"}, "port 0 is out of range"},
 		{[]string{"-upstream", "http://x", "-stall-factor", "0"}, "-stall-factor must be a finite number > 0"},
 		{[]string{"-upstream", "http://x", "-stall-factor", "-2"}, "-stall-factor must be a finite number > 0"},
 		{[]string{"-upstream", "http://x", "-stall-factor", "NaN"}, "-stall-factor must be a finite number > 0"},
