@@ -41,6 +41,10 @@ const (
 	CauseTooLarge
 	// CauseTimeout: no answer within the export timeout.
 	CauseTimeout
+	// CauseThrottled: the backend kept answering "busy, retry later"
+	// (HTTP 429, 502, 503 or 504; gRPC RESOURCE_EXHAUSTED other than a
+	// message too large) until the export timeout.
+	CauseThrottled
 )
 
 var causeNames = [...]string{
@@ -54,6 +58,7 @@ var causeNames = [...]string{
 	CauseAuth:        "auth",
 	CauseTooLarge:    "too_large",
 	CauseTimeout:     "timeout",
+	CauseThrottled:   "throttled",
 }
 
 // String is the cause's short name (e.g. "not_grpc").
@@ -137,6 +142,9 @@ func (e *ExportError) Hint() string {
 		return "the backend refused the credentials (OTEL_EXPORTER_OTLP_HEADERS)"
 	case CauseTooLarge:
 		return "one export was larger than the backend accepts: lower OTEL_BSP_MAX_EXPORT_BATCH_SIZE"
+	case CauseThrottled:
+		return "the backend kept asking to retry later (HTTP 429 or 5xx, gRPC RESOURCE_EXHAUSTED: a rate limit or quota, or an overloaded collector) until the export timeout: " +
+			"raise the backend's limit, or sample fewer traces (OTEL_TRACES_SAMPLER); smaller batches would only mean more requests"
 	case CauseTimeout:
 		return "no answer within the export timeout (OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_BSP_EXPORT_TIMEOUT): the backend is slow, or the endpoint drops packets"
 	}
@@ -196,8 +204,14 @@ func classify(err error) Cause {
 		return CauseRefused
 	case has("401 Unauthorized", "403 Forbidden"):
 		return CauseAuth
-	case has("413 Request Entity Too Large", "larger than max", "ResourceExhausted"):
+	case has("413 Request Entity Too Large", "larger than max", "request message too large"):
 		return CauseTooLarge
+	// The answers the exporters retry until their deadline, so before
+	// the timeout: net/http's retried statuses (whose text the exporter
+	// keeps only as "body: …"), and a RESOURCE_EXHAUSTED that is not
+	// about a message's size — a rate limit or quota.
+	case has("retry-able request failure: body:", "429 Too Many Requests", "code = ResourceExhausted"):
+		return CauseThrottled
 	case errors.Is(err, context.DeadlineExceeded) || has("context deadline exceeded", "DeadlineExceeded"):
 		return CauseTimeout
 	}

@@ -44,6 +44,15 @@ func TestClassify(t *testing.T) {
 		{errors.New(`failed to send to http://h/v1/traces: 401 Unauthorized`), CauseAuth},
 		{errors.New(`rpc error: code = ResourceExhausted desc = grpc: received message larger than max (5242880 vs. 4194304)`), CauseTooLarge},
 		{fmt.Errorf("traces export: %w", context.DeadlineExceeded), CauseTimeout},
+		// A backend that throttles (a rate limit, a quota) until the export
+		// timeout, as printed against a gRPC server answering
+		// RESOURCE_EXHAUSTED with RetryInfo and an HTTP one answering 429
+		// with Retry-After: not a message too large, nor a silent backend.
+		{errors.New(`traces export: context deadline exceeded: rpc error: code = ResourceExhausted desc = rate limit exceeded`), CauseThrottled},
+		{fmt.Errorf("failed to upload metrics: %w", status.Error(codes.ResourceExhausted, "quota exceeded")), CauseThrottled},
+		{errors.New(`traces export: context deadline exceeded: retry-able request failure: body: rate limit exceeded`), CauseThrottled},
+		{errors.New(`traces export: context deadline exceeded: retry-able request failure: Post "http://h/v1/traces": net/http: timeout awaiting response headers`), CauseTimeout},
+		{errors.New(`traces export: request message too large: exceeded 4194304 bytes`), CauseTooLarge},
 		{errors.New("something else"), CauseUnknown},
 	} {
 		if got := classify(tc.err); got != tc.want {
@@ -55,7 +64,7 @@ func TestClassify(t *testing.T) {
 // TestExportErrorMessage: each cause's message names the target, says
 // refused or failed, and carries the exporter's error.
 func TestExportErrorMessage(t *testing.T) {
-	for c := CauseUnknown; c <= CauseTimeout; c++ {
+	for c := CauseUnknown; c <= CauseThrottled; c++ {
 		xe := &ExportError{Signal: "metrics", Target: "h:4317 (otlp/grpc)", Cause: c, Err: errors.New("boom"), envSuffix: "METRICS"}
 		msg := xe.Error()
 		verb := " failed"
@@ -85,7 +94,7 @@ func FuzzClassify(f *testing.F) {
 	f.Add("")
 	f.Fuzz(func(t *testing.T, s string) {
 		c := classify(errors.New(s))
-		if c < CauseUnknown || c > CauseTimeout {
+		if c < CauseUnknown || c > CauseThrottled {
 			t.Fatalf("cause %d", c)
 		}
 		xe := &ExportError{Signal: "traces", Target: "x", Cause: c, Err: errors.New(s)}
