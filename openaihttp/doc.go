@@ -248,7 +248,9 @@
 // http.request.method, url.scheme, http.route, http.response.status_code,
 // network.protocol.* and error.type (the status code of a 5xx, or the
 // failure); the proxy's http.client.request.duration for its upstream
-// call; http.request.method, http.route, url.scheme, server.address and
+// call (error.type abort, not upstream_error, for a call cancelled because
+// the client left mid-response; none once the client had it all);
+// http.request.method, http.route, url.scheme, server.address and
 // server.port (from Host, capped at 255 bytes), user_agent.original
 // (capped at 512) and client.address on the root. The duration buckets are
 // otelhttp's extended to 640 s. The middleware counts traced routes only;

@@ -335,7 +335,13 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil && b.c.bodyEnd.IsZero() {
 		b.c.bodyEnd = time.Now()
-		if err != io.EOF {
+		switch {
+		case err == io.EOF:
+		case b.c.r.Context().Err() != nil:
+			// The client left, which cancelled the call: the
+			// proxy's doing, not the upstream's failure.
+			b.c.cancelled = true
+		default:
 			b.c.bodyErr = true
 		}
 	}
@@ -375,6 +381,9 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 		return
 	}
 	if r.Context().Err() != nil {
+		if c, _ := r.Context().Value(callKey{}).(*call); c != nil {
+			c.cancelled = true
+		}
 		return // the client is gone (and the call cancelled): an abort, nobody to answer
 	}
 	if c, _ := r.Context().Value(callKey{}).(*call); c != nil && c.upErr == "" {
@@ -459,8 +468,12 @@ type call struct {
 	upStatus              int
 	upProto               string
 	bodyErr               bool
-	upErr                 string
-	upErrAt               time.Time
+	// cancelled: reading the upstream's body failed because the client
+	// had left (its context ended, cancelling the call); abort: the
+	// request ended as an abort.
+	cancelled, abort bool
+	upErr            string
+	upErrAt          time.Time
 
 	// The request's parts, allocated with it.
 	exv   exchange
@@ -563,6 +576,7 @@ func (c *call) metrics(o *outcome, u otelstats.Update) {
 	if n := ex.stall.count; n > 0 {
 		cfg.inst.stalls.Add(context.Background(), int64(n), metric.WithAttributes(attributes.OperationName.String(ex.op)))
 	}
+	c.abort = u.FinishReason == otelstats.FinishAbort
 	if !cfg.httpMetrics {
 		return
 	}
@@ -576,7 +590,9 @@ func (c *call) metrics(o *outcome, u otelstats.Update) {
 	}
 }
 
-// clientErrorType is the upstream call's error.type.
+// clientErrorType is the upstream call's error.type. A call cancelled
+// because the client left is no upstream failure: an abort when the
+// request aborted, no error when the client had its whole response.
 func (c *call) clientErrorType() string {
 	switch {
 	case c.upErr != "":
@@ -585,6 +601,8 @@ func (c *call) clientErrorType() string {
 		return ErrorUpstream
 	case c.upStatus >= 400:
 		return strconv.Itoa(c.upStatus)
+	case c.cancelled && c.abort:
+		return otelstats.FinishAbort
 	}
 	return ""
 }
