@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -224,11 +225,10 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 // environment's.
 func loadToken(file string, getenv func(string) string) (tok, from string, err error) {
 	if file != "" {
-		b, err := os.ReadFile(file)
+		line, err := firstLine(file)
 		if err != nil {
 			return "", "", fmt.Errorf("-token-file: %w", err)
 		}
-		line, _, _ := strings.Cut(string(b), "\n")
 		tok = strings.TrimSpace(line)
 		if tok == "" {
 			return "", "", fmt.Errorf("-token-file %s: the first line is empty", file)
@@ -241,6 +241,28 @@ func loadToken(file string, getenv func(string) string) (tok, from string, err e
 		return "", "", fmt.Errorf("the token from %s is longer than %d bytes", from, transport.MaxTokenLen)
 	}
 	return tok, from, nil
+}
+
+// maxTokenLine bounds what -token-file reads: its first line, up to this.
+const maxTokenLine = 64 << 10
+
+// firstLine reads the file's first line, without reading on past it or
+// past maxTokenLine: a file named by mistake (/dev/zero, /dev/urandom, a
+// FIFO, a huge log) was read whole, and /dev/zero took all the memory.
+func firstLine(name string) (string, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	line, err := bufio.NewReaderSize(f, maxTokenLine).ReadSlice('\n')
+	switch {
+	case errors.Is(err, bufio.ErrBufferFull):
+		return "", fmt.Errorf("%s: no line end in the first %d bytes: not a token file", name, maxTokenLine)
+	case err != nil && err != io.EOF:
+		return "", err
+	}
+	return strings.TrimSuffix(string(line), "\n"), nil
 }
 
 // collectRun is what runCollect sets up around the server, to take down in
