@@ -119,7 +119,17 @@ func admitMove(r *reqState, st *sideState, u *Update, side Side) *RejectError {
 func (t *Tracker) stateRules(r *reqState, u *Update, side Side, ns int64) *RejectError {
 	switch u.Kind {
 	case KindPrefilling:
-		generated := r.generatedAt(ns)
+		// The first run's PREFILLINGs come before any token (an engine
+		// decodes only after one, and a further chunk follows a
+		// PREFILLING): they are bounded by the prompt alone, as
+		// promptRules bounds them against a late prompt count. Frontend
+		// deliveries that reached us first were made after them, and
+		// those counted while the engine was not present have no kept
+		// time (pendDelivery) for generatedAt to leave them out by.
+		var generated int64
+		if len(r.runs) > 1 || len(r.runs) == 1 && r.en.last != KindPrefilling {
+			generated = r.generatedAt(ns)
+		}
 		if r.prompt >= 0 && int64(u.NumComputedTokens) > int64(r.prompt)+generated {
 			return reject(u, side, ReasonComputedExceedsTokens,
 				strconv.Itoa(u.NumComputedTokens)+" computed > "+strconv.Itoa(int(r.prompt))+" prompt + "+strconv.FormatInt(generated, 10)+" generated")
