@@ -152,7 +152,9 @@
 // In this order:
 //
 //   - The client went away before the response was complete (a write to it
-//     failed, or its context ended while the request was served): abort,
+//     failed, but not as net/http refuses a handler's own slip, a body
+//     after a 204 or past its Content-Length; or its context ended while
+//     the request was served): abort,
 //     at the moment it went. Complete means, for a stream, [DONE], a final
 //     Responses API event, or a finish reason for every choice (the
 //     request's n, 1 by default, for each prompt of a completion's batch —

@@ -1,6 +1,7 @@
 package openaihttp
 
 import (
+	"errors"
 	"mime"
 	"net/http"
 	"strconv"
@@ -225,7 +226,7 @@ func (ex *exchange) wrote(began, at time.Time, p []byte, err error) {
 	if ex.done {
 		return
 	}
-	if err != nil && ex.writeErrAt.IsZero() {
+	if err != nil && ex.writeErrAt.IsZero() && !handlersSlip(err) {
 		ex.writeErrAt = at
 	}
 	if len(p) > 0 && ex.firstWrite.IsZero() {
@@ -246,6 +247,14 @@ func (ex *exchange) wrote(began, at time.Time, p []byte, err error) {
 		}
 		ex.body.feed(p)
 	}
+}
+
+// handlersSlip reports a write error that says the handler wrote what
+// the response cannot carry (a body after a 204 or 304, bytes past its
+// declared Content-Length): the client is still there, and has what the
+// response holds.
+func handlersSlip(err error) bool {
+	return errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrContentLength)
 }
 
 // event reads one SSE event (the sseSink of ex.sse).
