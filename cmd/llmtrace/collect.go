@@ -142,7 +142,7 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 	fs.BoolVar(&sc.AllowRemote, "allow-remote", false, "allow -listen tcp: and -http addresses that are not loopback (give a token too)")
 	fs.StringVar(&cfg.tokenFile, "token-file", "", "require this file's first line as the shared token from TCP and HTTP producers (default: $"+envToken+" when set)")
 	fs.IntVar(&cc.MaxConns, "max-conns", transport.DefaultMaxConns, "producer connections open at once (streams and HTTP); beyond it the oldest that has not presented the token (without one: a HELLO or update) is closed, counted as evicted, else the newcomer, counted as refused")
-	fs.DurationVar(&cc.IdleTimeout, "idle-timeout", transport.DefaultIdleTimeout, "close a producer connection that sends nothing for this long (negative: never)")
+	fs.DurationVar(&cc.IdleTimeout, "idle-timeout", transport.DefaultIdleTimeout, "close a producer connection that sends nothing for this long (0 or negative: never)")
 	fs.Var(&maxBody, "max-body", "largest POST /v1/updates body (what precedes the limit is recorded; the rest answered 413)")
 	fs.IntVar(&cc.QueueSize, "queue", transport.DefaultQueueSize, "updates decoded but not yet recorded; beyond it updates are dropped and counted")
 	fs.IntVar(&cc.Workers, "workers", transport.DefaultWorkers, "goroutines recording into the tracker")
@@ -213,6 +213,11 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 		if _, err := transport.ParseAddr("tcp:" + sc.HTTPAddr); err != nil {
 			return bad("-http %q: want HOST:PORT (%v)", sc.HTTPAddr, errors.Unwrap(err))
 		}
+	}
+	if cc.IdleTimeout == 0 {
+		// transport reads 0 as its default, 2 min: a user who wrote 0
+		// meant none, as the proxy's -idle-timeout 0 is.
+		cc.IdleTimeout = -1
 	}
 	cc.MaxBody = int64(maxBody)
 	if cfg.maxInFlight == 0 {

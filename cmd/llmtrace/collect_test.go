@@ -347,3 +347,21 @@ func TestCollectExitKeepsEveryLine(t *testing.T) {
 		t.Errorf("%d stats lines of the %d requests in flight at exit", got, n)
 	}
 }
+
+// TestCollectIdleTimeoutZeroIsNever: -idle-timeout 0 is no bound, as the
+// proxy's -idle-timeout 0 is; transport reads a zero IdleTimeout as its
+// default, so 0 silently closed idle producers after 2 minutes.
+func TestCollectIdleTimeoutZeroIsNever(t *testing.T) {
+	for _, c := range []struct {
+		arg   string
+		never bool
+	}{{"0", true}, {"0s", true}, {"-1s", true}, {"90s", false}} {
+		cfg, code, ok := parseCollect([]string{"-listen", "-", "-idle-timeout", c.arg}, strings.NewReader(""), io.Discard)
+		if !ok {
+			t.Fatalf("-idle-timeout %s: exit %d", c.arg, code)
+		}
+		if got := cfg.server.Collector.IdleTimeout; (got < 0) != c.never || got == 0 {
+			t.Errorf("-idle-timeout %s: IdleTimeout %v, want never: %v", c.arg, got, c.never)
+		}
+	}
+}
