@@ -120,7 +120,10 @@
 //     set aside as it goes by (up to WithEventLimit, within the budget)
 //     and read when it ends; the client gets it as it came. A compressed
 //     stream, another coding (br, zstd), a compressed body longer than
-//     that, or another media type passes unread.
+//     that, or another media type passes unread. A response with no
+//     Content-Type, or text/plain (what net/http sniffs for a Go server
+//     that set none), is read as the request asked: SSE for a stream (as
+//     the SDKs read it), JSON otherwise.
 //
 // When a usage came, the request's output tokens equal its
 // completion_tokens (never fewer than the content chunks): while the

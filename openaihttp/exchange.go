@@ -207,9 +207,11 @@ func mediaMode(ct string, stream bool) respMode {
 		return modeSSE
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
 		return modeJSON
-	case mt == "" && stream:
+	case (mt == "" || mt == "text/plain") && stream:
+		// None, or net/http's sniffed default for a Go server that set
+		// none: the SDKs read a stream request's body as SSE anyway.
 		return modeSSE
-	case mt == "":
+	case mt == "" || mt == "text/plain":
 		return modeJSON
 	}
 	return modeOpaque
