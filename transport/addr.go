@@ -73,6 +73,11 @@ func Listen(a Addr, allowRemote bool) (net.Listener, error) {
 		}
 		l, err := net.Listen("unix", a.Address)
 		if err != nil {
+			// The kernel's answer to a path past sun_path is a bare
+			// "bind: invalid argument"; say what is wrong.
+			if limit := len(syscall.RawSockaddrUnix{}.Path) - 1; len(a.Address) > limit && errors.Is(err, syscall.EINVAL) {
+				return nil, fmt.Errorf("transport: %s: the path is %d bytes, longer than the %d a Unix socket's may be: %w", a, len(a.Address), limit, err)
+			}
 			return nil, err
 		}
 		if ul, ok := l.(*net.UnixListener); ok {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -59,5 +61,21 @@ func TestListenKeepsBusySocket(t *testing.T) {
 	after, err := os.Stat(path)
 	if err != nil || !os.SameFile(before, after) {
 		t.Fatalf("the live listener's socket file is gone (%v)", err)
+	}
+}
+
+// TestListenPathTooLong: a socket path longer than sun_path allows failed
+// with the kernel's bare "bind: invalid argument"; the error now says the
+// path is too long, and by how much (a path under a pod's volume mount is
+// easily 120 bytes).
+func TestListenPathTooLong(t *testing.T) {
+	path := filepath.Join(shortDir(t), strings.Repeat("a", 130)+".sock")
+	l, err := Listen(Addr{"unix", path}, false)
+	if err == nil {
+		l.Close()
+		t.Skip("this system takes a 130-byte socket path")
+	}
+	if !strings.Contains(err.Error(), "longer than the") || !strings.Contains(err.Error(), strconv.Itoa(len(path))+" bytes") {
+		t.Errorf("Listen(%d-byte path): %v; want the length named", len(path), err)
 	}
 }
