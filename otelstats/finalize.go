@@ -224,6 +224,9 @@ func (r *reqState) tokens(s *RequestStats) int64 {
 		return r.feFirst
 	case r.enDeliv > 0:
 		s.NumOutputTokens = int(r.enTokens)
+		if r.tokensAfterClient() {
+			return 0
+		}
 		if r.feOneShot > 0 {
 			// A response in one piece: the engine's steps time its
 			// tokens, the usage the client got counts them (SPEC §8:
@@ -236,6 +239,18 @@ func (r *reqState) tokens(s *RequestStats) int64 {
 		s.NumOutputTokens = int(r.feOneShot)
 	}
 	return 0
+}
+
+// tokensAfterClient reports that the client's request failed (an abort,
+// an error) before the engine's first token, and no frontend delivered
+// one: the engine's tokens, made for a client that had left, reached no
+// one. They count, as the engine made them, but have no token time — SPEC
+// §2: an abort before the first token has no TTFT — and so no prefill,
+// decode, TPOT or ITL, nor an llm.decode span. With the client's end a
+// stop (an engine clock running ahead), or an engine token before the
+// failure, the engine's times still stand in.
+func (r *reqState) tokensAfterClient() bool {
+	return r.feDeliv == 0 && r.enDeliv > 0 && r.feFinish != 0 && r.enFirst > r.feFinish && isFailure(r.feReason)
 }
 
 // latencies sets SPEC §2's derived durations. SPEC §3: they are the
@@ -427,6 +442,9 @@ func (t *Tracker) recordMetrics(sc trace.SpanContext, r *reqState, s *RequestSta
 		t.stats.addServing(s)
 	}
 	h := &r.itl
+	if r.tokensAfterClient() {
+		*h = itlHist{} // gaps between tokens no one got
+	}
 	h.flush()
 	if t.cfg.agg != nil {
 		t.cfg.agg.record(sc, s, h, as.baseSet, as.durationSet, as.finishedSet, &c)

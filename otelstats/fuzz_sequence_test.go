@@ -297,10 +297,13 @@ func checkFuzzInvariants(t *testing.T, f *fuzzRun) {
 		if s.FirstTokenLatency.Valid && s.FirstTokenLatency.Value+s.DecodeLatency.Value != s.E2ELatency.Value {
 			t.Fatalf("%s: TTFT %v + decode %v != e2e %v", s.RequestID, s.FirstTokenLatency.Value, s.DecodeLatency.Value, s.E2ELatency.Value)
 		}
-		if s.FirstTokenLatency.Valid != (s.NumOutputTokens > 0) {
+		// Tokens without a TTFT: the engine's, made after the client's
+		// failed FINISHED, before any delivery (tokensAfterClient).
+		if s.FirstTokenLatency.Valid && s.NumOutputTokens == 0 ||
+			!s.FirstTokenLatency.Valid && s.NumOutputTokens > 0 && !isFailure(s.FinishReason) {
 			t.Fatalf("%s: TTFT valid %v with %d tokens", s.RequestID, s.FirstTokenLatency.Valid, s.NumOutputTokens)
 		}
-		if s.TimePerOutputToken.Valid != (s.NumOutputTokens > 1) {
+		if s.TimePerOutputToken.Valid != (s.FirstTokenLatency.Valid && s.NumOutputTokens > 1) {
 			t.Fatalf("%s: TPOT valid %v with %d tokens", s.RequestID, s.TimePerOutputToken.Valid, s.NumOutputTokens)
 		}
 		if s.FinishReason == "" {

@@ -79,6 +79,9 @@ func (t *Tracker) buildTimeline(r *reqState, s *RequestStats, tb *treeBuf) {
 func (t *Tracker) timelineRun(r *reqState, i int, tb *treeBuf) (spans.Run, bool) {
 	rr := &r.runs[i]
 	first, toks, delivered := rr.enFirst, rr.enTokens, false
+	if r.tokensAfterClient() {
+		first = 0 // no token reached the client: no decode segment
+	}
 	if r.feDeliv > 0 {
 		fe, ft := rr.feFirst, rr.feTokens
 		if n, holdsFirst := r.unplacedShare(i); n > 0 {
@@ -130,7 +133,7 @@ func (r *reqState) runDetail(i int, run *spans.Run) {
 			run.Steps = append(run.Steps, spans.StepEvent{Time: st.time, Index: st.index, BatchSize: int(st.batch)})
 		}
 	}
-	if r.detail >= DetailTokens && r.feDeliv == 0 {
+	if r.detail >= DetailTokens && r.feDeliv == 0 && !r.tokensAfterClient() {
 		for _, st := range run.Steps {
 			run.TokenTimes = append(run.TokenTimes, st.Time)
 		}
