@@ -50,6 +50,14 @@ const (
 	defaultMemoryBudget = 512 << 20
 )
 
+// Upper bounds of -queue and -workers: 64 times the default queue (about
+// 1 GiB allocated at start), and far more recording goroutines than any
+// machine runs at once.
+const (
+	maxQueue   = 64 * transport.DefaultQueueSize
+	maxWorkers = 1024
+)
+
 // collectConfig is what collect's flags ask for.
 type collectConfig struct {
 	server      transport.ServerConfig
@@ -181,6 +189,11 @@ func parseCollect(args []string, stdin io.Reader, stderr io.Writer) (cfg collect
 		return bad("-prometheus serves /metrics on the -http server: give -http ADDR too")
 	case cc.MaxConns <= 0 || cc.QueueSize <= 0 || cc.Workers <= 0:
 		return bad("-max-conns, -queue and -workers must be positive")
+	case cc.QueueSize > maxQueue || cc.Workers > maxWorkers:
+		// The queue's slots are allocated at start, each a decoded update
+		// (some 250 bytes): -queue 20000000 was a 4.9 GB allocation and a
+		// runtime crash; every stream's end waits on each worker.
+		return bad("-queue is at most %d (its slots, about 250 bytes each, are allocated at start) and -workers at most %d", maxQueue, maxWorkers)
 	case cfg.maxInFlight < 0:
 		return bad("-max-in-flight must be positive (0: from -memory-budget)")
 	case cfg.statsLog < 0:

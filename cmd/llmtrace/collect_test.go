@@ -198,6 +198,16 @@ func TestCollectUsage(t *testing.T) {
 			t.Errorf("%s: exit %d: %s", flag, code, stderr.String())
 		}
 	}
+	// A -queue the machine cannot allocate, or workers past any use, is
+	// refused before anything is allocated: -queue 20000000 crashed the
+	// runtime (out of memory, a stack dump) at start.
+	for _, args := range [][]string{{"-queue", "2000000000"}, {"-queue", "4194305"}, {"-workers", "1000000"}} {
+		stderr.Reset()
+		if code := collect(context.Background(), append([]string{"-listen", "-"}, args...), strings.NewReader(""), &bytes.Buffer{}, &stderr); code != 2 ||
+			!strings.Contains(stderr.String(), "-queue is at most 4194304") {
+			t.Errorf("%v: exit %d: %s", args, code, stderr.String())
+		}
+	}
 	// An address of no known form says so, without a "(<nil>)" cause.
 	for _, addr := range []string{"bogus", "udp:1.2.3.4:5", "unix:"} {
 		stderr.Reset()
