@@ -12,6 +12,7 @@ import (
 
 	"github.com/llmtrace/llmtrace/internal/loadgen"
 	"github.com/llmtrace/llmtrace/otelconf"
+	"github.com/llmtrace/llmtrace/otelstats"
 )
 
 func init() {
@@ -117,6 +118,11 @@ func loadFlags(args []string, stderr io.Writer) (o loadgen.Options, code int, ok
 		return usageErr("unexpected arguments %q", fs.Args())
 	case !(c.Rate >= 0) || math.IsInf(c.Rate, 1): // NaN fails ≥ too
 		return usageErr("-rate must be a finite number ≥ 0 (got %v)", c.Rate)
+	case c.InFlight > otelstats.DefaultMaxInFlight:
+		// The tracker ends the oldest request past its cap: a bigger batch
+		// measures evictions, and -rate 0 (the batch kept full) held every
+		// request of it in memory: -in-flight 200000000 died out of memory.
+		return usageErr("-in-flight is at most %d, the tracker's cap on requests in flight (got %d)", otelstats.DefaultMaxInFlight, c.InFlight)
 	case c.Duration <= 0 || c.InFlight <= 0 || c.PromptTokens <= 0 || c.OutputTokens <= 0 || c.StepTime < 0 || c.MaxWaiting < 0 || o.MaxLevels <= 0 || o.Progress < 0:
 		return usageErr("-step-time, -max-waiting, -progress must be ≥ 0; -duration, -in-flight, -prompt-tokens, -output-tokens, -levels > 0")
 	}

@@ -80,6 +80,9 @@ func TestLoadUsage(t *testing.T) {
 		{"negative max-waiting", []string{"-endpoint", "127.0.0.1:1", "-max-waiting", "-1"}, "-max-waiting"},
 		{"negative progress", []string{"-endpoint", "127.0.0.1:1", "-progress", "-1s"}, "-progress"},
 		{"extra argument", []string{"-endpoint", "127.0.0.1:1", "more"}, "unexpected"},
+		// Past the tracker's cap the batch measures evictions, and with
+		// -rate 0 load held it all: 200,000,000 died out of memory.
+		{"in-flight past the tracker's cap", []string{"-endpoint", "127.0.0.1:1", "-in-flight", "1048577", "-rate", "0"}, "-in-flight is at most 1048576"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clearOTLPEnv(t)
