@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -118,6 +121,10 @@ func loadFlags(args []string, stderr io.Writer) (o loadgen.Options, code int, ok
 		return usageErr("unexpected arguments %q", fs.Args())
 	case !(c.Rate >= 0) || math.IsInf(c.Rate, 1): // NaN fails ≥ too
 		return usageErr("-rate must be a finite number ≥ 0 (got %v)", c.Rate)
+	case !endpointPortOK(o.Endpoint):
+		// A port out of range passed as host:port: every export then
+		// failed at its dial, each span dropped, the run measuring nothing.
+		return usageErr("-endpoint %q: the port is out of range (1-65535)", o.Endpoint)
 	case c.InFlight > otelstats.DefaultMaxInFlight:
 		// The tracker ends the oldest request past its cap: a bigger batch
 		// measures evictions, and -rate 0 (the batch kept full) held every
@@ -127,4 +134,20 @@ func loadFlags(args []string, stderr io.Writer) (o loadgen.Options, code int, ok
 		return usageErr("-step-time, -max-waiting, -progress must be ≥ 0; -duration, -in-flight, -prompt-tokens, -output-tokens, -levels > 0")
 	}
 	return o, 0, true
+}
+
+// endpointPortOK reports whether -endpoint's port, when it has one, can be
+// dialled; the endpoint's form is otelconf's to check.
+func endpointPortOK(ep string) bool {
+	var port string
+	if strings.Contains(ep, "://") {
+		u, err := url.Parse(ep)
+		if err != nil {
+			return true
+		}
+		port = u.Port()
+	} else if _, p, err := net.SplitHostPort(ep); err == nil {
+		port = p
+	}
+	return validPort(port)
 }

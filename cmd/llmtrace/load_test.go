@@ -73,6 +73,9 @@ func TestLoadUsage(t *testing.T) {
 	}{
 		{"no endpoint", []string{"-duration", "100ms"}, "no traces endpoint"},
 		{"bad endpoint", []string{"-endpoint", "nowhere"}, "want host:port"},
+		// A port out of range: every span dropped at the dial.
+		{"endpoint port out of range", []string{"-endpoint", "127.0.0.1:99999", "-duration", "100ms"}, "the port is out of range"},
+		{"endpoint URL port out of range", []string{"-endpoint", "http://127.0.0.1:70000", "-duration", "100ms"}, "the port is out of range"},
 		{"zero duration", []string{"-endpoint", "127.0.0.1:1", "-duration", "0"}, "-duration"},
 		{"negative rate", []string{"-endpoint", "127.0.0.1:1", "-rate", "-5"}, "-rate"},
 		{"NaN rate", []string{"-endpoint", "127.0.0.1:1", "-rate", "NaN"}, "-rate"},
