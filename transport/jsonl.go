@@ -356,22 +356,30 @@ func parseCounts(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 		src  *json.Number
 		name string
 		need otelstats.Kind
+		// uses are the kinds that read the count. The tracker ignores a
+		// count on any other kind, and so does the reader, whatever it
+		// holds: rejected, one stray field lost the update (an ARRIVED,
+		// the whole request).
+		uses [2]otelstats.Kind
 	}{
-		{&u.NumPromptTokens, l.NumPromptTokens, "num_prompt_tokens", otelstats.KindInputProcessed},
-		{&u.NumComputedTokens, l.NumComputedTokens, "num_computed_tokens", otelstats.KindPrefilling},
-		{&u.NumCachedTokens, l.NumCachedTokens, "num_cached_tokens", otelstats.KindPrefilling},
-		{&u.NumNewTokens, l.NumNewTokens, "num_new_tokens", otelstats.KindDetokenized},
-		{&u.NumOutputTokens, l.NumOutputTokens, "num_output_tokens", 0},
-		{&u.NumRemoteTokens, l.NumRemoteTokens, "num_remote_tokens", otelstats.KindRemoteKVReady},
-		{&u.NumDraftTokens, l.NumDraftTokens, "num_draft_tokens", 0},
-		{&u.NumAcceptedTokens, l.NumAcceptedTokens, "num_accepted_tokens", 0},
-		{&u.NumItems, l.NumItems, "num_items", otelstats.KindEncoding},
-		{&u.NumEncoderTokens, l.NumEncoderTokens, "num_encoder_tokens", 0},
+		{&u.NumPromptTokens, l.NumPromptTokens, "num_prompt_tokens", otelstats.KindInputProcessed, [2]otelstats.Kind{otelstats.KindInputProcessed, otelstats.KindFinished}},
+		{&u.NumComputedTokens, l.NumComputedTokens, "num_computed_tokens", otelstats.KindPrefilling, [2]otelstats.Kind{otelstats.KindPrefilling}},
+		{&u.NumCachedTokens, l.NumCachedTokens, "num_cached_tokens", otelstats.KindPrefilling, [2]otelstats.Kind{otelstats.KindPrefilling}},
+		{&u.NumNewTokens, l.NumNewTokens, "num_new_tokens", otelstats.KindDetokenized, [2]otelstats.Kind{otelstats.KindDetokenized, otelstats.KindDecoding}},
+		{&u.NumOutputTokens, l.NumOutputTokens, "num_output_tokens", 0, [2]otelstats.Kind{otelstats.KindFinished}},
+		{&u.NumRemoteTokens, l.NumRemoteTokens, "num_remote_tokens", otelstats.KindRemoteKVReady, [2]otelstats.Kind{otelstats.KindRemoteKVReady, otelstats.KindRemoteKVWait}},
+		{&u.NumDraftTokens, l.NumDraftTokens, "num_draft_tokens", 0, [2]otelstats.Kind{otelstats.KindDecoding}},
+		{&u.NumAcceptedTokens, l.NumAcceptedTokens, "num_accepted_tokens", 0, [2]otelstats.Kind{otelstats.KindDecoding}},
+		{&u.NumItems, l.NumItems, "num_items", otelstats.KindEncoding, [2]otelstats.Kind{otelstats.KindEncoding}},
+		{&u.NumEncoderTokens, l.NumEncoderTokens, "num_encoder_tokens", 0, [2]otelstats.Kind{otelstats.KindEncoding}},
 	} {
 		if f.src == nil {
 			if f.need == k {
 				return reject(u, u.Side, otelstats.ReasonMissingPayload, f.name+" is required on "+k.String())
 			}
+			continue
+		}
+		if k != f.uses[0] && k != f.uses[1] {
 			continue
 		}
 		n, rerr := parseCount(u, f.src, f.name, otelstats.MaxTokenCount)
@@ -380,7 +388,7 @@ func parseCounts(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 		}
 		*f.dst = int(n)
 	}
-	if l.KVBytes != nil {
+	if l.KVBytes != nil && k == otelstats.KindRemoteKVReady {
 		n, rerr := parseCount(u, l.KVBytes, "kv_bytes", 1<<50)
 		if rerr != nil {
 			return rerr
