@@ -25,7 +25,9 @@ func propagators() (propagation.TextMapPropagator, error) {
 	v := strings.TrimSpace(os.Getenv(EnvPropagators))
 	var names []string
 	for _, n := range strings.Split(v, ",") {
-		if n = strings.TrimSpace(n); n != "" {
+		// The specification's enum values are case-insensitive;
+		// autoprop's registry is lower-case.
+		if n = strings.ToLower(strings.TrimSpace(n)); n != "" {
 			names = append(names, n)
 		}
 	}

@@ -39,7 +39,10 @@ func TestPropagators(t *testing.T) {
 		{env: "jaeger,baggage", reads: []string{"jaeger"}, ignores: []string{"tracecontext"}},
 		{env: "none", ignores: []string{"tracecontext", "b3"}},
 		{env: "tracecontext,zipkin", wantErr: true},
-		{env: "TraceContext", wantErr: true},
+		// Enum values are case-insensitive (the specification's
+		// environment variables page).
+		{env: "TraceContext, B3Multi", reads: []string{"tracecontext", "b3multi"}, ignores: []string{"jaeger"}},
+		{env: "Zipkin", wantErr: true},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			cleanEnv(t, EnvPropagators, tc.env)
