@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/url"
@@ -235,7 +236,7 @@ func checkTLSFiles(s selection) error {
 		return nil
 	}
 	if k, v := signalEnv(s.suffix, "CERTIFICATE"); v != "" {
-		b, err := os.ReadFile(v)
+		b, err := readTLSFile(v)
 		if err != nil {
 			return &ConfigError{Name: k, Value: v, Reason: "the CA certificate file cannot be read", Err: err}
 		}
@@ -251,13 +252,49 @@ func checkTLSFiles(s selection) error {
 		if cert == "" || key == "" {
 			continue
 		}
-		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+		if err := checkKeyPair(cert, key); err != nil {
 			return &ConfigError{Name: p + "CLIENT_CERTIFICATE", Value: cert,
 				Reason: "with " + p + "CLIENT_KEY, not a client certificate and key", Err: err}
 		}
 		break
 	}
 	return nil
+}
+
+// maxTLSFile bounds what is read of a certificate or key file: a CA
+// bundle is some hundred KiB, and a device named by mistake (/dev/zero)
+// must not grow the process until the kernel kills it.
+const maxTLSFile = 16 << 20
+
+// readTLSFile reads a certificate or key file of at most maxTLSFile bytes.
+func readTLSFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTLSFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxTLSFile {
+		return nil, fmt.Errorf("%s: larger than %d MiB", path, maxTLSFile>>20)
+	}
+	return b, nil
+}
+
+// checkKeyPair is tls.LoadX509KeyPair on files read by readTLSFile.
+func checkKeyPair(certFile, keyFile string) error {
+	cert, err := readTLSFile(certFile)
+	if err != nil {
+		return err
+	}
+	key, err := readTLSFile(keyFile)
+	if err != nil {
+		return err
+	}
+	_, err = tls.X509KeyPair(cert, key)
+	return err
 }
 
 // exactExporterName fails on an exporter name autoexport would not find

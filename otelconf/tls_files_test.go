@@ -145,6 +145,13 @@ func TestTLSFiles(t *testing.T) {
 			{name: "key is not the certificate's", env: []string{"OTEL_EXPORTER_OTLP_CERTIFICATE", pk.caFile,
 				"OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", pk.certFile, "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", pk.caFile},
 				refused: "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE"},
+			// A device named by mistake: read whole, it grew the
+			// process until the kernel killed it.
+			{name: "CA is /dev/zero", env: []string{"OTEL_EXPORTER_OTLP_CERTIFICATE", "/dev/zero"},
+				refused: "OTEL_EXPORTER_OTLP_CERTIFICATE"},
+			{name: "client key is /dev/zero", env: []string{"OTEL_EXPORTER_OTLP_CERTIFICATE", pk.caFile,
+				"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", pk.certFile, "OTEL_EXPORTER_OTLP_CLIENT_KEY", "/dev/zero"},
+				refused: "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"},
 			{name: "plaintext reads none", plaintext: true, env: []string{"OTEL_EXPORTER_OTLP_CERTIFICATE", missing,
 				"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", missing, "OTEL_EXPORTER_OTLP_CLIENT_KEY", notPEM}},
 		} {
