@@ -344,11 +344,34 @@ func checkEndpoints(suffix, protocol string) error {
 	if protocol != "grpc" && ((u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 		return &ConfigError{Name: k, Value: v, Reason: "OTLP/HTTP takes an http or https URL: " + want}
 	}
+	if port := endpointPort(u, v); !portOK(port) {
+		// Taken, every export would fail at its dial.
+		return &ConfigError{Name: k, Value: v, Reason: "port " + port + " is not 1-65535: " + want}
+	}
 	if sentURL(u) != u {
 		// Not shown: these often carry a credential.
 		otel.Handle(fmt.Errorf("otelconf: %s: the URL's user info, query or fragment is not sent (the Go OTLP exporters send to its host and path only); a credential goes in OTEL_EXPORTER_OTLP_HEADERS", k))
 	}
 	return nil
+}
+
+// endpointPort is the port endpoint v (parsed as u) names: an http(s)
+// URL's, or a gRPC target's host:port; "" when it names none.
+func endpointPort(u *url.URL, v string) string {
+	if u.Scheme == "http" || u.Scheme == "https" {
+		return u.Port()
+	}
+	if _, port, err := net.SplitHostPort(v); err == nil {
+		return port
+	}
+	return ""
+}
+
+// portOK reports whether an endpoint's port is one a dial can reach, or
+// none is given.
+func portOK(port string) bool {
+	n, err := strconv.Atoi(port)
+	return port == "" || err == nil && n >= 1 && n <= 65535
 }
 
 // sentURL is u without what the OTLP exporters do not send, when it is an
@@ -602,6 +625,9 @@ func overrideURL(ep, protocol, signal string) (string, error) {
 	u, err := url.Parse(ep)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return "", &ConfigError{Name: "Config.TracesEndpoint", Value: orig, Reason: "want host:port or an http(s) URL"}
+	}
+	if !portOK(u.Port()) {
+		return "", &ConfigError{Name: "Config.TracesEndpoint", Value: orig, Reason: "port " + u.Port() + " is not 1-65535"}
 	}
 	if protocol != "grpc" && (u.Path == "" || u.Path == "/") {
 		u.Path = "/v1/" + signal

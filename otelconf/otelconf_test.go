@@ -675,6 +675,11 @@ func TestSetupErrors(t *testing.T) {
 		{"http/protobuf metrics endpoint host:port/path", []string{"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf", "OTEL_METRICS_EXPORTER", "otlp",
 			"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "localhost:4318/v1/metrics"}, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", true},
 		{"http/protobuf endpoint another scheme", []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://h:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT", true},
+		// A port past 65535 (or 0): every export would fail at its dial.
+		{"endpoint port out of range", []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:99999"}, "OTEL_EXPORTER_OTLP_ENDPOINT", true},
+		{"http/protobuf endpoint port 0", []string{"OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://collector:0/v1/traces"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", true},
+		{"gRPC target port out of range", []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "collector:70000"}, "OTEL_EXPORTER_OTLP_ENDPOINT", true},
+		{"endpoint port not a number", []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:43x7"}, "OTEL_EXPORTER_OTLP_ENDPOINT", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cleanEnv(t, tc.env...)
@@ -930,6 +935,26 @@ func TestTracesEndpoint(t *testing.T) {
 			}
 			if rec.metric("gen_ai.server.time_to_first_token") != nil {
 				t.Error("metrics were exported with NoMetricsExport")
+			}
+		})
+	}
+}
+
+// TestTracesEndpointPort: a Config.TracesEndpoint whose port no dial can
+// reach fails Setup, naming it, as the endpoint variables do: taken,
+// every export would fail.
+func TestTracesEndpointPort(t *testing.T) {
+	for _, ep := range []string{"127.0.0.1:99999", "http://collector:0", "https://collector:65536/v1/traces"} {
+		t.Run(ep, func(t *testing.T) {
+			cleanEnv(t)
+			p, err := Setup(context.Background(), Config{TracesEndpoint: ep, NoMetricsExport: true})
+			if err == nil {
+				_ = p.Shutdown(context.Background())
+				t.Fatal("Setup succeeded")
+			}
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Name != "Config.TracesEndpoint" {
+				t.Errorf("Setup: %v, want a ConfigError naming Config.TracesEndpoint", err)
 			}
 		})
 	}
