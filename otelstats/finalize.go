@@ -363,9 +363,13 @@ func (r *reqState) serving(s *RequestStats, end, first int64) {
 		}
 	}
 	if rt := x.route; rt.prefillSent != 0 {
-		s.PDPrefillDuration = some(time.Duration(rt.prefillDone - rt.prefillSent))
+		// The router's instants are clamped into the root, as every
+		// instant of the request is (SPEC §3, §5): a caller's clock
+		// behind could otherwise make the decode TTFT exceed the TTFT.
+		in := func(ns int64) int64 { return r.inRoot(ns, end) }
+		s.PDPrefillDuration = some(time.Duration(in(rt.prefillDone) - in(rt.prefillSent)))
 		if first != 0 {
-			s.PDDecodeTTFT = some(time.Duration(first - rt.decodeSent))
+			s.PDDecodeTTFT = some(time.Duration(in(first) - in(rt.decodeSent)))
 		}
 	}
 	for i := range r.runs {

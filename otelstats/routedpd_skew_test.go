@@ -51,3 +51,40 @@ func TestRoutedPDDecodeTTFTNeverNegative(t *testing.T) {
 		})
 	}
 }
+
+// TestRoutedPDInsideTheRoot (SPEC §3, §5: every instant lies inside the
+// root): RoutedPD's instants before the request's arrival or after its end
+// (a caller's clock behind, or times from another process) are clamped
+// into [ARRIVED, FINISHED], as the spans' are, so llm.pd.decode_ttft_s is
+// never more than the TTFT, nor llm.pd.prefill_duration_s more than e2e.
+func TestRoutedPDInsideTheRoot(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		sent, responded, dSent float64 // ms; arrival at 10, token at 60, end at 70
+		prefill, decodeTTFT    float64 // ms
+	}{
+		{"inside", 11, 40, 41, 29, 19},
+		{"sent before arrival", 0, 40, 2, 30, 50},
+		{"responded after the end", 20, 90, 95, 50, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			q, _ := h.tr.Arrive(context.Background(), "route", Arrival{Time: at(10), Model: "m"})
+			if err := q.RoutedPD(at(tc.sent), at(tc.responded), at(tc.dSent)); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Detokenized(at(60), 1, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Finish(at(70), "stop"); err != nil {
+				t.Fatal(err)
+			}
+			s := h.statsOf("route")
+			wantLatency(t, "pd_prefill_duration", s.PDPrefillDuration, tc.prefill)
+			wantLatency(t, "pd_decode_ttft", s.PDDecodeTTFT, tc.decodeTTFT)
+			if s.PDDecodeTTFT.Value > s.FirstTokenLatency.Value {
+				t.Errorf("pd_decode_ttft %v > TTFT %v", s.PDDecodeTTFT.Value, s.FirstTokenLatency.Value)
+			}
+		})
+	}
+}
