@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -639,25 +640,28 @@ func overrideURL(ep, protocol, signal string) (string, error) {
 // OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION the OTLP
 // exporters would ignore without a word.
 func checkHistogramAggregation() {
-	const k = "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"
-	switch v := strings.TrimSpace(os.Getenv(k)); strings.ToLower(v) {
-	case "", "explicit_bucket_histogram", "base2_exponential_bucket_histogram":
-	default:
-		otel.Handle(fmt.Errorf("otelconf: %s=%q: want explicit_bucket_histogram or base2_exponential_bucket_histogram; ignored", k, v))
-	}
+	checkEnum("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "ignored",
+		"explicit_bucket_histogram", "base2_exponential_bucket_histogram")
 }
 
 // checkTemporality reports a value of
 // OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE the OTLP exporters
-// would ignore, logging it only at a verbosity nobody sees: the
-// specification wants a warning for an enum value not recognised.
+// would ignore, logging it only at a verbosity nobody sees.
 func checkTemporality() {
-	const k = "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"
-	switch v := strings.TrimSpace(os.Getenv(k)); strings.ToLower(v) {
-	case "", "cumulative", "delta", "lowmemory":
-	default:
-		otel.Handle(fmt.Errorf("otelconf: %s=%q: want cumulative, delta or lowmemory; cumulative applies", k, v))
+	checkEnum("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "cumulative applies", "cumulative", "delta", "lowmemory")
+}
+
+// checkEnum warns about a value of the enum variable k that is none of
+// values in any case (the specification wants a warning for an enum value
+// not recognised, and the SDK ignores one without a word); then says what
+// applies instead.
+func checkEnum(k, then string, values ...string) {
+	v := strings.TrimSpace(os.Getenv(k))
+	if v == "" || slices.Contains(values, strings.ToLower(v)) {
+		return
 	}
+	want := strings.Join(values[:len(values)-1], ", ") + " or " + values[len(values)-1]
+	otel.Handle(fmt.Errorf("otelconf: %s=%q: want %s; %s", k, v, want, then))
 }
 
 // exemplarsOff reports whether OTEL_METRICS_EXEMPLAR_FILTER is always_off,
@@ -671,15 +675,9 @@ func exemplarsOff() bool {
 }
 
 // checkExemplarFilter reports a value of OTEL_METRICS_EXEMPLAR_FILTER the
-// SDK ignores without a word: the specification wants a warning for an
-// enum value not recognised.
+// SDK ignores without a word.
 func checkExemplarFilter() {
-	const k = "OTEL_METRICS_EXEMPLAR_FILTER"
-	switch v := strings.TrimSpace(os.Getenv(k)); strings.ToLower(v) {
-	case "", "always_on", "always_off", "trace_based":
-	default:
-		otel.Handle(fmt.Errorf("otelconf: %s=%q: want always_on, always_off or trace_based; trace_based applies", k, v))
-	}
+	checkEnum("OTEL_METRICS_EXEMPLAR_FILTER", "trace_based applies", "always_on", "always_off", "trace_based")
 }
 
 // exponentialHistograms reports whether the OTLP metric exporter is asked
