@@ -164,7 +164,14 @@ func ParseUpdate(line []byte) (otelstats.Update, error) {
 	d := json.NewDecoder(bytes.NewReader(line))
 	d.UseNumber()
 	if err := d.Decode(&l); err != nil {
-		return u, &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: trimErr(err)}
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) {
+			return u, &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: trimErr(err)}
+		}
+		if err := decodeRead(line, &l); err != nil {
+			_ = parseIdentity(&l, &u) // the request and kind, where they could be read
+			return u, reject(&u, u.Side, otelstats.ReasonMalformed, trimErr(err))
+		}
 	}
 	if d.InputOffset() != int64(len(line)) {
 		return u, &otelstats.RejectError{Reason: otelstats.ReasonMalformed, Detail: "more than one JSON value on the line"}
@@ -181,6 +188,73 @@ func ParseUpdate(line []byte) (otelstats.Update, error) {
 	}
 	capStrings(&u)
 	return u, nil
+}
+
+// decodeRead decodes line into l again without the fields l's kind does
+// not read (readBy), after a field of the wrong type failed the first
+// decoding: such a field fails only what reads it, as the tracker ignores
+// an Update's fields its kind does not use. Decoding, the decoder went on
+// past the bad field, so l's type is there. It returns the error of a
+// field the kind reads.
+func decodeRead(line []byte, l *logLine) error {
+	k, err := parseKind(l.Type)
+	if err != nil {
+		return err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(line, &fields); err != nil {
+		return err
+	}
+	for name := range fields {
+		if !readBy(strings.ToLower(name), k) { // names match in any case
+			delete(fields, name)
+		}
+	}
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return err
+	}
+	*l = logLine{}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d.Decode(l)
+}
+
+// readBy reports whether kind k reads the update log's field: the tracker
+// ignores the field on any other kind, and so does the reader, whatever
+// it holds. A field not listed (request_id, type, ts, side, model, scope)
+// is read by every kind.
+func readBy(field string, k otelstats.Kind) bool {
+	switch field {
+	case "num_prompt_tokens":
+		return k == otelstats.KindInputProcessed || k == otelstats.KindFinished
+	case "num_computed_tokens", "num_cached_tokens":
+		return k == otelstats.KindPrefilling
+	case "num_new_tokens":
+		return k == otelstats.KindDetokenized || k == otelstats.KindDecoding
+	case "num_output_tokens", "finish_reason", "error_type":
+		return k == otelstats.KindFinished
+	case "num_remote_tokens":
+		return k == otelstats.KindRemoteKVWait || k == otelstats.KindRemoteKVReady
+	case "kv_bytes", "kv_status":
+		return k == otelstats.KindRemoteKVReady
+	case "kv_source":
+		return k == otelstats.KindRemoteKVWait
+	case "num_draft_tokens", "num_accepted_tokens":
+		return k == otelstats.KindDecoding
+	case "num_items", "num_encoder_tokens":
+		return k == otelstats.KindEncoding
+	case "encoder_cache_hit":
+		return k == otelstats.KindEncoded
+	case "busy_time_s":
+		return k == otelstats.KindDetokenized
+	case "operation", "pd_role", "lora_adapter", "traceparent", "tracestate":
+		return k == otelstats.KindArrived
+	case "sampling_params", "temperature", "top_p", "top_k", "max_tokens", "seed", "n",
+		"frequency_penalty", "presence_penalty", "stop":
+		return k == otelstats.KindInputProcessed
+	}
+	return true
 }
 
 // nonFinite are the number literals Python's json.dumps writes by default
@@ -356,22 +430,17 @@ func parseCounts(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 		src  *json.Number
 		name string
 		need otelstats.Kind
-		// uses are the kinds that read the count. The tracker ignores a
-		// count on any other kind, and so does the reader, whatever it
-		// holds: rejected, one stray field lost the update (an ARRIVED,
-		// the whole request).
-		uses [2]otelstats.Kind
 	}{
-		{&u.NumPromptTokens, l.NumPromptTokens, "num_prompt_tokens", otelstats.KindInputProcessed, [2]otelstats.Kind{otelstats.KindInputProcessed, otelstats.KindFinished}},
-		{&u.NumComputedTokens, l.NumComputedTokens, "num_computed_tokens", otelstats.KindPrefilling, [2]otelstats.Kind{otelstats.KindPrefilling}},
-		{&u.NumCachedTokens, l.NumCachedTokens, "num_cached_tokens", otelstats.KindPrefilling, [2]otelstats.Kind{otelstats.KindPrefilling}},
-		{&u.NumNewTokens, l.NumNewTokens, "num_new_tokens", otelstats.KindDetokenized, [2]otelstats.Kind{otelstats.KindDetokenized, otelstats.KindDecoding}},
-		{&u.NumOutputTokens, l.NumOutputTokens, "num_output_tokens", 0, [2]otelstats.Kind{otelstats.KindFinished}},
-		{&u.NumRemoteTokens, l.NumRemoteTokens, "num_remote_tokens", otelstats.KindRemoteKVReady, [2]otelstats.Kind{otelstats.KindRemoteKVReady, otelstats.KindRemoteKVWait}},
-		{&u.NumDraftTokens, l.NumDraftTokens, "num_draft_tokens", 0, [2]otelstats.Kind{otelstats.KindDecoding}},
-		{&u.NumAcceptedTokens, l.NumAcceptedTokens, "num_accepted_tokens", 0, [2]otelstats.Kind{otelstats.KindDecoding}},
-		{&u.NumItems, l.NumItems, "num_items", otelstats.KindEncoding, [2]otelstats.Kind{otelstats.KindEncoding}},
-		{&u.NumEncoderTokens, l.NumEncoderTokens, "num_encoder_tokens", 0, [2]otelstats.Kind{otelstats.KindEncoding}},
+		{&u.NumPromptTokens, l.NumPromptTokens, "num_prompt_tokens", otelstats.KindInputProcessed},
+		{&u.NumComputedTokens, l.NumComputedTokens, "num_computed_tokens", otelstats.KindPrefilling},
+		{&u.NumCachedTokens, l.NumCachedTokens, "num_cached_tokens", otelstats.KindPrefilling},
+		{&u.NumNewTokens, l.NumNewTokens, "num_new_tokens", otelstats.KindDetokenized},
+		{&u.NumOutputTokens, l.NumOutputTokens, "num_output_tokens", 0},
+		{&u.NumRemoteTokens, l.NumRemoteTokens, "num_remote_tokens", otelstats.KindRemoteKVReady},
+		{&u.NumDraftTokens, l.NumDraftTokens, "num_draft_tokens", 0},
+		{&u.NumAcceptedTokens, l.NumAcceptedTokens, "num_accepted_tokens", 0},
+		{&u.NumItems, l.NumItems, "num_items", otelstats.KindEncoding},
+		{&u.NumEncoderTokens, l.NumEncoderTokens, "num_encoder_tokens", 0},
 	} {
 		if f.src == nil {
 			if f.need == k {
@@ -379,7 +448,9 @@ func parseCounts(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 			}
 			continue
 		}
-		if k != f.uses[0] && k != f.uses[1] {
+		if !readBy(f.name, k) {
+			// Ignored, whatever it holds: rejected, one stray count
+			// lost the update (an ARRIVED, the whole request).
 			continue
 		}
 		n, rerr := parseCount(u, f.src, f.name, otelstats.MaxTokenCount)
@@ -388,7 +459,7 @@ func parseCounts(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 		}
 		*f.dst = int(n)
 	}
-	if l.KVBytes != nil && k == otelstats.KindRemoteKVReady {
+	if l.KVBytes != nil && readBy("kv_bytes", k) {
 		n, rerr := parseCount(u, l.KVBytes, "kv_bytes", 1<<50)
 		if rerr != nil {
 			return rerr
@@ -452,7 +523,7 @@ func parsePayloadRules(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 	switch {
 	case k == otelstats.KindDecoding && l.NumNewTokens != nil && u.NumNewTokens == 0:
 		return reject(u, u.Side, otelstats.ReasonMissingPayload, "DECODING with num_new_tokens 0")
-	case (l.NumDraftTokens == nil) != (l.NumAcceptedTokens == nil):
+	case readBy("num_draft_tokens", k) && (l.NumDraftTokens == nil) != (l.NumAcceptedTokens == nil):
 		return reject(u, u.Side, otelstats.ReasonDraftWithoutAccepted, "num_draft_tokens and num_accepted_tokens go together")
 	case k == otelstats.KindFinished && u.FinishReason == "":
 		return reject(u, u.Side, otelstats.ReasonMissingPayload, "finish_reason is required on FINISHED")
@@ -461,7 +532,7 @@ func parsePayloadRules(l *logLine, u *otelstats.Update) *otelstats.RejectError {
 	case k == otelstats.KindRemoteKVWait && u.KVSource == "":
 		return reject(u, u.Side, otelstats.ReasonMissingPayload, "kv_source is required on REMOTE_KV_WAIT")
 	}
-	if l.BusyTimeS != nil {
+	if l.BusyTimeS != nil && readBy("busy_time_s", k) {
 		b := *l.BusyTimeS
 		switch {
 		case b < 0:
