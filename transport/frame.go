@@ -188,20 +188,19 @@ func AppendUpdate(dst []byte, u *otelstats.Update, s Stamp) []byte {
 		}
 	}
 	k := u.Kind
-	fin := k == otelstats.KindFinished
 	spec := specCounts(u)
-	num(fieldPromptTokens, u.NumPromptTokens, k == otelstats.KindInputProcessed || given(u.NumPromptTokens, fin))
+	num(fieldPromptTokens, u.NumPromptTokens, k == otelstats.KindInputProcessed || given(u.NumPromptTokens, "num_prompt_tokens", k))
 	num(fieldComputedTokens, u.NumComputedTokens, k == otelstats.KindPrefilling || u.NumComputedTokens > 0)
 	num(fieldCachedTokens, u.NumCachedTokens, k == otelstats.KindPrefilling || u.NumCachedTokens > 0)
-	num(fieldNewTokens, u.NumNewTokens, k == otelstats.KindDetokenized || given(u.NumNewTokens, k == otelstats.KindDecoding))
-	num(fieldBusyNs, int(u.Busy), given(u.Busy, k == otelstats.KindDetokenized))
-	num(fieldOutputTokens, u.NumOutputTokens, given(u.NumOutputTokens, fin))
-	num(fieldRemoteTokens, u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || given(u.NumRemoteTokens, k == otelstats.KindRemoteKVWait))
-	num(fieldKVBytes, int(u.KVBytes), given(u.KVBytes, k == otelstats.KindRemoteKVReady))
+	num(fieldNewTokens, u.NumNewTokens, k == otelstats.KindDetokenized || given(u.NumNewTokens, "num_new_tokens", k))
+	num(fieldBusyNs, int(u.Busy), given(u.Busy, "busy_time_s", k))
+	num(fieldOutputTokens, u.NumOutputTokens, given(u.NumOutputTokens, "num_output_tokens", k))
+	num(fieldRemoteTokens, u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || given(u.NumRemoteTokens, "num_remote_tokens", k))
+	num(fieldKVBytes, int(u.KVBytes), given(u.KVBytes, "kv_bytes", k))
 	num(fieldDraftTokens, u.NumDraftTokens, spec)
 	num(fieldAcceptedTokens, u.NumAcceptedTokens, spec)
 	num(fieldItems, u.NumItems, k == otelstats.KindEncoding || u.NumItems > 0)
-	num(fieldEncoderTokens, u.NumEncoderTokens, given(u.NumEncoderTokens, k == otelstats.KindEncoding))
+	num(fieldEncoderTokens, u.NumEncoderTokens, given(u.NumEncoderTokens, "num_encoder_tokens", k))
 	num(fieldEncoderCacheHit, 1, u.EncoderCacheHit)
 	str(fieldModel, u.Model)
 	str(fieldOperation, u.Operation)

@@ -671,8 +671,7 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	// update taken). Elsewhere the tracker ignores it, and so must the
 	// reader.
 	k := u.Kind
-	fin, dec := k == otelstats.KindFinished, k == otelstats.KindDecoding
-	w.num("num_prompt_tokens", u.NumPromptTokens, k == otelstats.KindInputProcessed || given(u.NumPromptTokens, fin))
+	w.num("num_prompt_tokens", u.NumPromptTokens, k == otelstats.KindInputProcessed || given(u.NumPromptTokens, "num_prompt_tokens", k))
 	w.num("num_computed_tokens", u.NumComputedTokens, k == otelstats.KindPrefilling)
 	w.num("num_cached_tokens", u.NumCachedTokens, k == otelstats.KindPrefilling)
 	// A speculative step without a count is left without one: the
@@ -683,19 +682,19 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	if newTokens == 0 {
 		newTokens = 1
 	}
-	w.num("num_new_tokens", newTokens, dec && (u.NumNewTokens != 0 || !spec))
+	w.num("num_new_tokens", newTokens, k == otelstats.KindDecoding && (u.NumNewTokens != 0 || !spec))
 	w.num("num_new_tokens", u.NumNewTokens, k == otelstats.KindDetokenized)
-	w.num("num_output_tokens", u.NumOutputTokens, given(u.NumOutputTokens, fin))
-	w.num("num_remote_tokens", u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || given(u.NumRemoteTokens, k == otelstats.KindRemoteKVWait))
-	w.num("kv_bytes", int(u.KVBytes), given(u.KVBytes, k == otelstats.KindRemoteKVReady))
+	w.num("num_output_tokens", u.NumOutputTokens, given(u.NumOutputTokens, "num_output_tokens", k))
+	w.num("num_remote_tokens", u.NumRemoteTokens, k == otelstats.KindRemoteKVReady || given(u.NumRemoteTokens, "num_remote_tokens", k))
+	w.num("kv_bytes", int(u.KVBytes), given(u.KVBytes, "kv_bytes", k))
 	w.num("num_draft_tokens", u.NumDraftTokens, spec)
 	w.num("num_accepted_tokens", u.NumAcceptedTokens, spec)
 	w.num("num_items", u.NumItems, k == otelstats.KindEncoding || u.NumItems > 0)
-	w.num("num_encoder_tokens", u.NumEncoderTokens, given(u.NumEncoderTokens, k == otelstats.KindEncoding))
+	w.num("num_encoder_tokens", u.NumEncoderTokens, given(u.NumEncoderTokens, "num_encoder_tokens", k))
 	if u.EncoderCacheHit {
 		w = append(w, `,"encoder_cache_hit":true`...)
 	}
-	if given(u.Busy, k == otelstats.KindDetokenized) {
+	if given(u.Busy, "busy_time_s", k) {
 		w = append(w, `,"busy_time_s":`...)
 		w = strconv.AppendFloat(w, u.Busy.Seconds(), 'g', -1, 64)
 	}
@@ -714,9 +713,12 @@ func AppendUpdateJSON(dst []byte, u *otelstats.Update) []byte {
 	return append(w, '}', '\n')
 }
 
-// given reports whether a count v is written: when it is positive, or
-// negative where its kind uses it (used), for the tracker to reject.
-func given[N int | int64 | time.Duration](v N, used bool) bool { return v > 0 || v < 0 && used }
+// given reports whether count v of the update-log field name is written
+// on kind k: when it is positive, or negative where k reads the field
+// (readBy, which the reader follows), for the tracker to reject.
+func given[N int | int64 | time.Duration](v N, name string, k otelstats.Kind) bool {
+	return v > 0 || v < 0 && readBy(name, k)
+}
 
 // specCounts reports whether u's num_draft_tokens and num_accepted_tokens
 // are written, both or neither (SPEC §8): when either is not 0 on a
@@ -725,7 +727,7 @@ func given[N int | int64 | time.Duration](v N, used bool) bool { return v > 0 ||
 // on a kind that does not use them.
 func specCounts(u *otelstats.Update) bool {
 	d, a := u.NumDraftTokens, u.NumAcceptedTokens
-	if u.Kind == otelstats.KindDecoding {
+	if readBy("num_draft_tokens", u.Kind) {
 		return d != 0 || a != 0
 	}
 	return d >= 0 && a >= 0 && (d > 0 || a > 0)
