@@ -388,6 +388,17 @@ func sentURL(u *url.URL) *url.URL {
 	return &c
 }
 
+// shownURL is endpoint v as messages show it: without what the exporters
+// do not send (sentURL) when it is such a URL, else as it is.
+func shownURL(v string) string {
+	if u, err := url.Parse(v); err == nil {
+		if sent := sentURL(u); sent != u {
+			return sent.String()
+		}
+	}
+	return v
+}
+
 // getenvTrim is the variable without surrounding spaces, as the OTLP
 // exporters read it: blank is unset.
 func getenvTrim(k string) string { return strings.TrimSpace(os.Getenv(k)) }
@@ -586,20 +597,14 @@ func otlpCompression(suffix string) (gzip bool) {
 func otlpEndpoint(suffix, protocol, signal string) string {
 	// Each URL without what the exporters do not send (sentURL).
 	if v := getenvTrim("OTEL_EXPORTER_OTLP_" + suffix + "_ENDPOINT"); v != "" {
-		if u, err := url.Parse(v); err == nil && sentURL(u) != u {
-			return sentURL(u).String()
-		}
-		return v // used as is, path included, by both exporters
+		return shownURL(v) // used as is, path included, by both exporters
 	}
 	v := getenvTrim("OTEL_EXPORTER_OTLP_ENDPOINT")
 	switch {
 	case v == "":
 		return specDefaultEndpoint(protocol, signal)
 	case protocol == "grpc":
-		if u, err := url.Parse(v); err == nil && sentURL(u) != u {
-			return sentURL(u).String()
-		}
-		return v
+		return shownURL(v)
 	}
 	// As the HTTP exporters build it: the signal's path joined to the
 	// base URL's.
