@@ -469,11 +469,10 @@ type call struct {
 	upProto               string
 	bodyErr               bool
 	// cancelled: reading the upstream's body failed because the client
-	// had left (its context ended, cancelling the call); abort: the
-	// request ended as an abort.
-	cancelled, abort bool
-	upErr            string
-	upErrAt          time.Time
+	// had left (its context ended, cancelling the call).
+	cancelled bool
+	upErr     string
+	upErrAt   time.Time
 
 	// The request's parts, allocated with it.
 	exv   exchange
@@ -576,7 +575,6 @@ func (c *call) metrics(o *outcome, u otelstats.Update) {
 	if n := ex.stall.count; n > 0 {
 		cfg.inst.stalls.Add(context.Background(), int64(n), metric.WithAttributes(attributes.OperationName.String(ex.op)))
 	}
-	c.abort = u.FinishReason == otelstats.FinishAbort
 	if !cfg.httpMetrics {
 		return
 	}
@@ -586,14 +584,14 @@ func (c *call) metrics(o *outcome, u otelstats.Update) {
 		if end.IsZero() {
 			end = o.end
 		}
-		cfg.inst.recordClient(http.MethodPost, c.p.up.Scheme, c.p.host, c.p.port, c.upStatus, c.clientErrorType(), end.Sub(c.sent))
+		cfg.inst.recordClient(http.MethodPost, c.p.up.Scheme, c.p.host, c.p.port, c.upStatus, c.clientErrorType(u.FinishReason == otelstats.FinishAbort), end.Sub(c.sent))
 	}
 }
 
 // clientErrorType is the upstream call's error.type. A call cancelled
 // because the client left is no upstream failure: an abort when the
 // request aborted, no error when the client had its whole response.
-func (c *call) clientErrorType() string {
+func (c *call) clientErrorType(aborted bool) string {
 	switch {
 	case c.upErr != "":
 		return c.upErr
@@ -601,7 +599,7 @@ func (c *call) clientErrorType() string {
 		return ErrorUpstream
 	case c.upStatus >= 400:
 		return strconv.Itoa(c.upStatus)
-	case c.cancelled && c.abort:
+	case c.cancelled && aborted:
 		return otelstats.FinishAbort
 	}
 	return ""
@@ -613,7 +611,7 @@ func (c *call) finished(s *otelstats.RequestStats) {
 	if !s.Sampled || !c.ex.finishing.Load() {
 		return // dropped, or ended by the tracker while still being served
 	}
-	c.emit()
+	c.emit(s.FinishReason == otelstats.FinishAbort)
 }
 
 // timeoutBody notes whether reading a client's body hit a deadline.

@@ -33,10 +33,11 @@ func (ps *proxySpans) add(s spans.Span, id trace.SpanID) {
 	ps.n++
 }
 
-// emit builds the request's spans and emits them as children of its root.
-func (c *call) emit() {
+// emit builds the request's spans and emits them as children of its root;
+// aborted says the request ended as an abort.
+func (c *call) emit(aborted bool) {
 	var ps proxySpans
-	c.buildSpans(&ps)
+	c.buildSpans(&ps, aborted)
 	ex := c.ex
 	root := ex.q.SpanContext()
 	if sp := c.p.cfg.sp; sp != nil {
@@ -77,7 +78,7 @@ func kindOption(k trace.SpanKind) trace.SpanStartOption {
 
 // buildSpans puts the request's spans in ps, with explicit times inside
 // its root's.
-func (c *call) buildSpans(ps *proxySpans) {
+func (c *call) buildSpans(ps *proxySpans, aborted bool) {
 	ex := c.ex
 	lo, hi := ex.arrived, maxTime(ex.end, ex.arrived)
 	// On the tracker's timeline, as the root's times are: wall readings
@@ -87,7 +88,7 @@ func (c *call) buildSpans(ps *proxySpans) {
 	if c.sent.IsZero() {
 		sent = in(ex.parsedAt)
 	}
-	errType := c.clientErrorType()
+	errType := c.clientErrorType(aborted)
 	if !c.sent.IsZero() {
 		end := c.bodyEnd
 		if end.IsZero() {

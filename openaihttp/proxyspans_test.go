@@ -73,7 +73,7 @@ func TestProxySpanPathsAgree(t *testing.T) {
 					WithStallPolicy(StallPolicy{Factor: 2, Min: time.Millisecond, MinGaps: 2})), t0)
 				tc.shape(c)
 				c.ex.end = at(100)
-				c.emit()
+				c.emit(false)
 				got[i] = []*tracetest.SpanRecorder{viaTracer, handed}[i].Ended()
 				if len(got[i]) == 0 {
 					t.Fatal("no spans")
