@@ -365,6 +365,7 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
 		errType, code = ErrorTimeout, http.StatusGatewayTimeout
 	}
+	c, _ := r.Context().Value(callKey{}).(*call) // nil for a request not traced
 	// The server ended the request on a read deadline: the client was too
 	// slow to send its body (ReadTimeout), and is told so rather than
 	// answered 200 with nothing, or 504 as if the upstream were slow. An
@@ -375,18 +376,18 @@ func (p *Proxy) upstreamFailed(w http.ResponseWriter, r *http.Request, err error
 			w.Header().Set("Connection", "close") // HTTP/2 would close every stream of the connection
 		}
 		w.WriteHeader(http.StatusRequestTimeout)
-		if c, _ := r.Context().Value(callKey{}).(*call); c != nil {
+		if c != nil {
 			c.ex.cut = strconv.Itoa(http.StatusRequestTimeout) // the server's doing, not the client leaving
 		}
 		return
 	}
 	if r.Context().Err() != nil {
-		if c, _ := r.Context().Value(callKey{}).(*call); c != nil {
+		if c != nil {
 			c.cancelled = true
 		}
 		return // the client is gone (and the call cancelled): an abort, nobody to answer
 	}
-	if c, _ := r.Context().Value(callKey{}).(*call); c != nil && c.upErr == "" {
+	if c != nil && c.upErr == "" {
 		c.upErr, c.upErrAt = errType, time.Now()
 	}
 	p.cfg.logger.Warn("upstream request failed", "err", err, "error_type", errType)
